@@ -1,0 +1,3 @@
+from evolver.cli import main
+
+main()

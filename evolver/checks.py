@@ -1,0 +1,85 @@
+"""Cheap checks before a candidate spends evaluation: skill schema and caps, a harness import check
+in a sandboxed subprocess, a leakage audit, and one smoke episode (run by the loop).
+
+Each check returns a reason string ('' when the candidate passes); the loop logs the reason with the
+rejected proposal, so a broken candidate never crashes a run.
+"""
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+from evolver.skills import SkillCaps, check_skills
+
+TEXT_SUFFIXES = {".md", ".py", ".txt", ".toml", ".json", ".yaml", ".yml", ".sh", ".js", ".ts"}
+
+
+def check_skill_files(root: Path, caps: SkillCaps | None = None) -> str:
+    skills_dir = root / "skills"
+    if not skills_dir.exists():
+        return ""
+    errors = check_skills(skills_dir, caps or SkillCaps())
+    return "malformed skill: " + "; ".join(str(e) for e in errors[:3]) if errors else ""
+
+
+def check_harness_import(root: Path, timeout_s: float = 30) -> str:
+    """Import harness/harness.py in a sandboxed subprocess (it may hang or crash: not in-process)."""
+    from evolver.sandbox import run_python
+
+    code = ("import sys; from evolver.harness import load_harness_class; "
+            f"cls = load_harness_class({str(root)!r}); "
+            "missing = [m for m in ('start', 'next_call', 'parse', 'observe') if not hasattr(cls, m)]; "
+            "print('missing', missing) if missing else None; sys.exit(3 if missing else 0)")
+    res = run_python(code, timeout_s=timeout_s, memory_mb=2048)
+    if res.timed_out:
+        return f"harness import timed out after {timeout_s:.0f}s"
+    if res.memory_exceeded:
+        return "harness import exceeded the memory limit"
+    if res.returncode == 3:
+        return f"harness lacks methods: {res.stdout.strip()}"
+    if res.returncode != 0:
+        tail = "\n".join((res.stderr or res.stdout).strip().splitlines()[-8:])
+        return f"harness import failed (exit {res.returncode}):\n{tail}"
+    return ""
+
+
+def _candidate_text(root: Path) -> str:
+    parts = []
+    for sub in ("skills", "harness", "prompt.md"):
+        base = root / sub
+        files = [base] if base.is_file() else (sorted(base.rglob("*")) if base.exists() else [])
+        for f in files:
+            if f.is_file() and f.suffix in TEXT_SUFFIXES and "__pycache__" not in f.parts:
+                parts.append(f.read_text(errors="replace"))
+    return "\n".join(parts)
+
+
+def audit_leakage(root: Path, forbidden: list[str], sequences: list[list[str]], parent_root: Path | None = None) -> str:
+    """Reject gold answers or task ids of the tasks a candidate was built from.
+
+    - ``forbidden`` strings (task ids, gold answers) must not appear as whole words; strings shorter
+      than 4 characters are skipped (a "4" in a skill is not a leak of the answer 4).
+    - a gold action ``sequence`` leaks when three of its consecutive steps appear in order within
+      300 characters (single actions like "open fridge" are legitimate advice).
+    Text the parent already had is not held against the candidate.
+    """
+    text = _candidate_text(root).lower()
+    before = _candidate_text(parent_root).lower() if parent_root else ""
+    for item in forbidden:
+        item = str(item).strip().lower()
+        if len(item) < 4:
+            continue
+        pattern = r"(?<!\w)" + re.escape(item) + r"(?!\w)"
+        if re.search(pattern, text) and not re.search(pattern, before):
+            return f"leaks a gold answer or task id: {item!r}"
+    for seq in sequences:
+        steps = [s.strip().lower() for s in seq if s and s.strip()]
+        for i in range(len(steps) - 2):
+            a, b, c = steps[i:i + 3]
+            if len({a, b, c}) < 2:
+                continue
+            pattern = re.escape(a) + r"[\s\S]{0,300}?" + re.escape(b) + r"[\s\S]{0,300}?" + re.escape(c)
+            if re.search(pattern, text) and not re.search(pattern, before):
+                return f"leaks a gold action sequence: {a!r} -> {b!r} -> {c!r}"
+    return ""

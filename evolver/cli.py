@@ -1,0 +1,347 @@
+"""The ``evolver`` command line. Commands are thin: the logic lives in the core modules."""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from evolver import plugins
+from evolver.config import Config, load_config
+from evolver.errors import EvolverError
+
+
+class Ctx:
+    def __init__(self, config_path: str, overrides: list[str], store: str | None):
+        self.config_path, self.overrides, self.store_override = config_path, list(overrides), store
+
+    def config(self, extra: list[str] = ()) -> Config:
+        overrides = self.overrides + list(extra)
+        if self.store_override:
+            overrides.append(f"store={json.dumps(self.store_override)}")
+        return load_config(self.config_path, overrides)
+
+
+def open_workspace(config: Config):
+    from evolver.programs import ProgramRepo
+    from evolver.store import Store
+
+    root = Path(config.store)
+    root.mkdir(parents=True, exist_ok=True)
+    return Store(root / "evolver.duckdb"), ProgramRepo(root)
+
+
+class EvolverGroup(click.Group):
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except EvolverError as exc:
+            click.secho(f"error: {exc}", fg="red", err=True)
+            sys.exit(2)
+
+
+@click.group(cls=EvolverGroup)
+@click.option("--config", "config_path", default="evolver.toml", show_default=True, help="Configuration file.")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a config key (repeatable).")
+@click.option("--store", default=None, help="Workspace folder (default: the config's, 'store').")
+@click.option("--plugin", "plugin_paths", multiple=True, type=click.Path(), help="Load a plugin from a file or folder.")
+@click.version_option(package_name="evolver")
+@click.pass_context
+def cli(ctx, config_path, overrides, store, plugin_paths):
+    """evolver: an LLM agent improves itself on a benchmark."""
+    try:
+        for path in plugin_paths:
+            plugins.load_local(path)
+    except EvolverError as exc:
+        click.secho(f"error: {exc}", fg="red", err=True)
+        sys.exit(2)
+    ctx.obj = Ctx(config_path, overrides, store)
+
+
+@cli.command()
+@click.option("--force", is_flag=True, help="Overwrite an existing evolver.toml.")
+@click.pass_obj
+def init(obj: Ctx, force):
+    """Write evolver.toml and create the workspace with its seed program."""
+    from evolver.loop import ensure_seed
+    from evolver.run import Run
+
+    path = Path(obj.config_path)
+    if path.exists() and not force:
+        click.echo(f"{path} exists (use --force to overwrite); creating the workspace only")
+    else:
+        path.write_text(DEFAULT_TOML)
+        click.echo(f"wrote {path}")
+    config = obj.config()
+    store, repo = open_workspace(config)
+    with store:
+        run = Run(config, store, repo, run_id="init")
+        program = ensure_seed(run)
+    click.echo(f"workspace {config.store}: seed program {program.commit[:10]} in {config.store}/programs")
+
+
+@cli.command(name="eval")
+@click.option("--benchmark", default=None, help="Benchmark (default: the config's).")
+@click.option("--suite", default=None, help="Benchmark suite option, e.g. twx-easy.")
+@click.option("--split", type=click.Choice(["train", "dev", "test"]), default="dev", show_default=True)
+@click.option("--per-category", type=int, default=2, show_default=True, help="Tasks per category.")
+@click.option("--program", "program_ref", default="best", show_default=True,
+              help="Program id, tag or commit (falls back to the seed when there is no 'best' yet).")
+@click.option("--backend", default=None, help="Executor backend (default: the config's).")
+@click.option("--model", default=None, help="Executor model, a HF folder, a .gguf file or a checkpoint.")
+@click.option("--skills", "skills_mode", type=click.Choice(["evolved", "none"]), default="evolved",
+              show_default=True, help="Play with the program's skills or with none.")
+@click.option("--max-live", type=int, default=32, show_default=True, help="Episodes played at once (1 = serial).")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a config key (repeatable).")
+@click.pass_obj
+def eval_cmd(obj: Ctx, benchmark, suite, split, per_category, program_ref, backend, model, skills_mode, max_live,
+             overrides):
+    """Play one program on one benchmark split: a score table, every trace in the store."""
+    from evolver.evaluate import run_episodes, summarize
+    from evolver.loop import ensure_seed
+    from evolver.run import Run
+
+    extra = []
+    if benchmark:
+        extra.append(f"benchmark={json.dumps(benchmark)}")
+        if benchmark != "twx" and not suite:
+            extra.append("benchmark_options={}")
+    if suite:
+        extra.append(f"benchmark_options.suite={json.dumps(suite)}")
+    if backend:
+        extra.append(f"roles.executor.backend={json.dumps(backend)}")
+    if model:
+        extra.append(f"roles.executor.model={json.dumps(model)}")
+    config = obj.config(extra + list(overrides))
+    store, repo = open_workspace(config)
+    with store:
+        run = Run(config, store, repo, run_id="eval-" + time.strftime("%Y%m%d-%H%M%S"))
+        run.record()
+        ensure_seed(run)
+        ref = program_ref if program_ref != "best" or "best" in repo.tags("") else "seed"
+        program = repo.checkout(ref)
+        ctx = run.context(program)
+        if skills_mode == "none":
+            from evolver.types import stable_hash
+            ctx.skills = []
+            ctx.select_skills = lambda task, k: []
+            program.hash = stable_hash(program.hash, "no-skills")
+        tasks = run.benchmark.tasks(split, per_category=per_category)
+        click.echo(f"playing {len(tasks)} {split} tasks of {config.benchmark} with program {program.id} "
+                   f"({skills_mode} skills)", err=True)
+        started = time.perf_counter()
+        episodes = run_episodes(ctx, run.benchmark, run.backend("executor"), tasks, store=store, run=run,
+                                max_live=max_live, progress=lambda d, t: click.echo(f"  {d}/{t} episodes", err=True))
+        ev = summarize(program.id, split, episodes)
+        store.add_evaluation(run.id, 0, ev)
+        store.update_run(run.id, status="finished", summary={"eval": ev.metrics(), "per_category": ev.per_category,
+                                                             "wall_s": time.perf_counter() - started})
+        run.close()
+    click.echo(_table(["category", "score"], [[c, f"{s:.3f}"] for c, s in ev.per_category.items()]
+                      + [["all", f"{ev.score:.3f}"]]))
+    click.echo(f"success {ev.success:.3f}  context tokens/episode {ev.context_tokens:.0f}  errors {ev.errors}  "
+               f"wall {time.perf_counter() - started:.1f}s")
+    click.echo(f"traces: evolver traces --run {run.id}   (one: evolver traces --episode {episodes[0].id[:8]})")
+
+
+@cli.command()
+@click.option("--resume", is_flag=True, help="Continue the latest unfinished run.")
+@click.option("--proposer", "proposer_names", multiple=True, help="Proposer(s) to use (default: the config's).")
+@click.option("--iterations", type=int, default=None)
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a config key (repeatable).")
+@click.pass_obj
+def run(obj: Ctx, resume, proposer_names, iterations, overrides):
+    """Run the self-improvement loop, then evaluate the frontier on test and write a report."""
+    from evolver.loop import run_loop
+    from evolver.run import Run
+    from evolver.ui import LiveStatus
+
+    extra = []
+    if proposer_names:
+        extra.append(f"proposers={json.dumps(list(proposer_names))}")
+    if iterations is not None:
+        extra.append(f"loop.iterations={iterations}")
+    config = obj.config(extra + list(overrides))
+    store, repo = open_workspace(config)
+    with store:
+        run_id = None
+        if resume:
+            row = store.latest_run(status="running")
+            if row is None:
+                raise EvolverError("no unfinished run to resume in this store; start one with `evolver run`")
+            config = Config.model_validate(row["config"])
+            run_id = row["run_id"]
+        with LiveStatus() as ui:
+            r = Run(config, store, repo, run_id=run_id, resumed=resume, console=ui.console)
+            r.ui = ui
+            try:
+                summary = run_loop(r)
+            finally:
+                r.close()
+    t = summary["test"]
+    click.echo(f"baseline ({summary['baseline']}) test score {t[summary['baseline']]['score']:.3f}; "
+               f"best ({summary['best']}) {t[summary['best']]['score']:.3f}")
+    click.echo(f"report: {summary['report']}")
+
+
+@cli.command(name="plugins")
+def plugins_cmd():
+    """List plugins with their versions, hooks and what they provide."""
+    for row in plugins.describe():
+        click.echo(f"{row['name']}  [{row['package']} {row['version']}]")
+        click.echo(f"    hooks: {', '.join(row['hooks'])}")
+        if row["provides"]:
+            click.echo(f"    provides: {', '.join(row['provides'])}")
+
+
+@cli.group()
+def skills():
+    """Inspect program versions: lineage, diffs, contents."""
+
+
+@skills.command(name="log")
+@click.pass_obj
+def skills_log(obj: Ctx):
+    """Every program with its parent, operator and scores (lineage)."""
+    from evolver.programs import ProgramRepo
+
+    repo = ProgramRepo(Path(obj.config().store))
+    rows = [[r["id"], r.get("parent") or "", r.get("operator") or "", _fmt_scores(r.get("scores") or {}),
+             " ".join(r.get("tags") or []), (r.get("message") or "")[:50]] for r in repo.log()]
+    click.echo(_table(["program", "parent", "operator", "scores", "tags", "message"], rows))
+
+
+@skills.command(name="diff")
+@click.argument("a")
+@click.argument("b")
+@click.pass_obj
+def skills_diff(obj: Ctx, a, b):
+    """Unified diff between two programs (ids, tags or commits)."""
+    from evolver.programs import ProgramRepo
+
+    click.echo(ProgramRepo(Path(obj.config().store)).diff(a, b))
+
+
+@skills.command(name="show")
+@click.argument("ref")
+@click.pass_obj
+def skills_show(obj: Ctx, ref):
+    """A program's manifest, prompt and skills."""
+    from evolver.programs import ProgramRepo
+
+    click.echo(ProgramRepo(Path(obj.config().store)).show(ref))
+
+
+@cli.command()
+@click.argument("sql", required=False)
+@click.option("--episode", default=None, help="Show one episode's trace (id or unique prefix).")
+@click.option("--run", "run_id", default=None, help="List a run's episodes.")
+@click.option("--limit", type=int, default=20, show_default=True)
+@click.pass_obj
+def traces(obj: Ctx, sql, episode, run_id, limit):
+    """Query the trace store with SQL, or show an episode's trace readably."""
+    from evolver.store import Store
+
+    with Store(Path(obj.config().store) / "evolver.duckdb") as store:
+        if episode:
+            click.echo(store.format_episode(store.episode(episode)))
+            return
+        if not sql:
+            where = f"WHERE run_id = '{run_id}'" if run_id else ""
+            sql = (f"SELECT substr(episode_id, 1, 8) AS episode, run_id, program_id, task_id, purpose, "
+                   f"round(score, 3) AS score, n_steps, prompt_tokens, error IS NOT NULL AS failed "
+                   f"FROM episodes {where} ORDER BY created_at DESC LIMIT {int(limit)}")
+        cols, rows = store.query(sql)
+    click.echo(_table(cols, [[("" if v is None else str(v))[:60] for v in r] for r in rows]))
+
+
+@cli.command()
+@click.pass_obj
+def frontier(obj: Ctx):
+    """The frontier of the latest run."""
+    from evolver.store import Store
+
+    with Store(Path(obj.config().store) / "evolver.duckdb") as store:
+        row = store.latest_run()
+        if row is None:
+            raise EvolverError("no run in this store yet: `evolver run` first")
+        its = [i for i in store.iterations(row["run_id"]) if i["status"] == "finished"]
+        data = (its[-1]["summary"] or {}).get("frontier") if its else (row.get("summary") or {}).get("frontier")
+    if not data:
+        raise EvolverError(f"run {row['run_id']} has no frontier recorded yet")
+    objs = data["objectives"]
+    rows = [[m["program_id"], *[f"{m['metrics'][o.split(':')[0]]:.3f}" for o in objs]] for m in data["members"]]
+    click.echo(f"run {row['run_id']} (capacity {data['capacity']})")
+    click.echo(_table(["program", *objs], rows))
+
+
+@cli.command()
+@click.argument("run_id", required=False)
+@click.pass_obj
+def report(obj: Ctx, run_id):
+    """Print a run's report (default: the latest finished run)."""
+    reports = Path(obj.config().store) / "reports"
+    files = sorted(reports.glob(f"{run_id or '*'}.md"), key=lambda p: p.stat().st_mtime)
+    if not files:
+        raise EvolverError(f"no report in {reports}: runs write one when they finish")
+    click.echo(files[-1].read_text())
+
+
+def _fmt_scores(scores: dict) -> str:
+    return " ".join(f"{k}={v:.3f}" if isinstance(v, (int, float)) else f"{k}={v}" for k, v in sorted(scores.items())
+                    if k.endswith("score") or k.endswith("context_tokens"))
+
+
+def _table(cols: list[str], rows: list[list]) -> str:
+    widths = [max(len(str(c)), *(len(str(r[i])) for r in rows)) if rows else len(str(c)) for i, c in enumerate(cols)]
+    line = lambda vals: "  ".join(str(v).ljust(w) for v, w in zip(vals, widths)).rstrip()
+    return "\n".join([line(cols), line(["-" * w for w in widths])] + [line(r) for r in rows])
+
+
+DEFAULT_TOML = """\
+# evolver configuration; every key is optional. `evolver --set KEY=VALUE` overrides any of them.
+benchmark = "twx"
+benchmark_options = { suite = "twx-easy" }
+store = "store"
+proposers = ["evoskill"]
+
+[loop]
+iterations = 4
+train_per_category = 2
+dev_per_category = 2
+test_per_category = 4
+failure_threshold = 0.8
+candidates_per_iteration = 2
+frontier_capacity = 3
+objectives = ["score:max", "context_tokens:min", "cost:min"]
+selector = "round-robin"
+patience = 3
+max_wall_s = 900
+
+# One backend per role; roles naming the same backend and model share one copy of the weights.
+[roles.executor]
+backend = "transformers"   # model = "path/to/hf-folder" or a .gguf file; default: embedded SmolLM2-135M-Instruct
+[roles.proposer]
+backend = "transformers"
+[roles.builder]
+backend = "transformers"
+[roles.judge]
+backend = "transformers"
+"""
+
+
+def main() -> None:
+    cli()
+
+
+for _register in (lambda: plugins.hook().register_commands(cli=cli),):
+    try:
+        _register()
+    except EvolverError as _exc:  # a broken plugin must not take the CLI down with it
+        click.secho(f"error: {_exc}", fg="red", err=True)
+
+
+if __name__ == "__main__":
+    main()

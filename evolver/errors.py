@@ -1,0 +1,47 @@
+"""The errors a user sees. Each message says what went wrong and what to do about it."""
+from __future__ import annotations
+
+
+class EvolverError(Exception):
+    """Base class: the CLI prints these as one clean message, no traceback."""
+
+
+class ConfigError(EvolverError):
+    pass
+
+
+class PluginError(EvolverError):
+    pass
+
+
+class UnknownNameError(EvolverError):
+    """An unknown benchmark, backend, proposer, ...: the message lists the known ones."""
+
+    def __init__(self, kind: str, name: str, known: list[str]):
+        self.kind, self.name, self.known = kind, name, sorted(known)
+        super().__init__(f"unknown {kind} {name!r}; known {kind}s: {', '.join(self.known) or '(none)'}")
+
+
+class SkillError(EvolverError):
+    """A malformed skill, naming the file and (when known) the line."""
+
+    def __init__(self, path: str, message: str, line: int | None = None):
+        self.path, self.line, self.message = str(path), line, message
+        where = f"{path}:{line}" if line else str(path)
+        super().__init__(f"{where}: {message}")
+
+
+class StoreLockedError(EvolverError):
+    pass
+
+
+class ProgramRepoError(EvolverError):
+    pass
+
+
+class BackendError(EvolverError):
+    """A systemic backend failure (cannot load the model, server unreachable after retries)."""
+
+
+class BenchmarkError(EvolverError):
+    pass

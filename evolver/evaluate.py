@@ -1,0 +1,266 @@
+"""Batched episodes, the evaluation cache, and split summaries.
+
+One episode's path: benchmark Task -> harness builds the context -> the backend answers, batched
+across every live episode -> harness parses an action (or a tool call) -> environment steps -> ...
+-> score -> the store. All live episodes advance in lockstep so each model call is one batch.
+
+Error policy (as in GEPA): one episode's failure (harness crash, env error, garbage output) is a
+score of 0 with its error and the trace so far; only systemic failures (the backend cannot run at
+all, the benchmark engine died) raise.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+import traceback
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Callable
+
+from evolver.errors import BackendError, BenchmarkError
+from evolver.harness import Action, ProgramContext, make_harness
+from evolver.types import ChoiceRequest, Episode, Evaluation, GenRequest, Observation, Step, Task
+
+
+class _Live:
+    """One episode in flight."""
+
+    def __init__(self, episode: Episode, ctx: ProgramContext, harness, max_steps: int):
+        self.episode, self.ctx, self.harness, self.max_steps = episode, ctx, harness, max_steps
+        self.env, self.state, self.obs = None, None, Observation("", done=True)
+        self.started = time.perf_counter()
+        self.request = None
+        self.done = False
+
+
+def run_episodes(ctx: ProgramContext, benchmark, backend, tasks: list[Task], **kw: Any) -> list[Episode]:
+    """Play ``tasks`` with the program in ``ctx`` and return their episodes in task order."""
+    return evaluate_many([(ctx, tasks)], benchmark, backend, **kw)[0]
+
+
+def evaluate_many(jobs: list[tuple[ProgramContext, list[Task]]], benchmark, backend, *, seed: int = 0,
+                  purpose: str = "eval", store=None, run=None, max_live: int = 32, use_cache: bool = True,
+                  progress: Callable[[int, int], None] | None = None,
+                  on_episode: Callable[[Episode], None] | None = None) -> list[list[Episode]]:
+    """Play several programs' tasks at once, in one lockstep, so candidates share every batch.
+
+    Returns one list of episodes per job, in task order. Cached episodes (same program content,
+    task, model and seed) are returned from the store instead of being played again.
+    """
+    model = backend.model
+    run_id = getattr(run, "id", "") or ""
+    slots: list[tuple[int, int, Episode]] = []  # (job, index, template)
+    for j, (ctx, tasks) in enumerate(jobs):
+        p = ctx.program
+        slots += [(j, i, Episode(task=t, program_id=p.id, program_hash=p.hash, model=model, seed=seed,
+                                 run_id=run_id, purpose=purpose)) for i, t in enumerate(tasks)]
+    results: dict[tuple[int, int], Episode] = {}
+    if store is not None and use_cache:
+        found = store.cached([e.cache_key for _, _, e in slots])
+        for j, i, e in slots:
+            if e.cache_key in found:
+                # Same content under another name: count it for this program too.
+                results[(j, i)] = dataclasses.replace(found[e.cache_key], program_id=e.program_id)
+    total = len(slots)
+    if progress:
+        progress(len(results), total)
+    for key, e in results.items():
+        _emit(run, e, on_episode)
+    harnesses = [_try_harness(ctx) for ctx, _ in jobs]
+    max_steps = getattr(benchmark, "max_steps", 1) or 1
+    pending = [(j, i, e) for j, i, e in slots if (j, i) not in results]
+    for start in range(0, len(pending), max_live):
+        wave = pending[start:start + max_live]
+        lives = [_Live(e, jobs[j][0], harnesses[j], max_steps) for j, i, e in wave]
+        finished = _play_wave(lives, benchmark, backend)
+        if store is not None:
+            store.add_episodes(finished)
+        for (j, i, _), e in zip(wave, finished):
+            results[(j, i)] = e
+            _emit(run, e, on_episode)
+        if progress:
+            progress(len(results), total)
+    return [[results[(j, i)] for i in range(len(tasks))] for j, (_, tasks) in enumerate(jobs)]
+
+
+def _try_harness(ctx: ProgramContext):
+    """A harness that fails to build fails its program's episodes, not the whole evaluation."""
+    try:
+        return make_harness(ctx)
+    except Exception as exc:
+        return exc
+
+
+def _emit(run, episode: Episode, on_episode) -> None:
+    if on_episode:
+        on_episode(episode)
+    from evolver import plugins
+    plugins.hook().on_episode_end(run=run, episode=episode)
+
+
+def _play_wave(live: list[_Live], benchmark, backend) -> list[Episode]:
+    for lv in live:
+        if isinstance(lv.harness, Exception):
+            _fail(lv.episode, f"harness failed to load: {lv.harness!r}", "")
+            lv.done = True
+            continue
+        try:
+            lv.env = benchmark.env(lv.episode.task)
+            lv.obs = lv.env.reset()
+            lv.state = lv.harness.start(lv.episode.task, lv.obs)
+        except BenchmarkError:
+            raise
+        except Exception as exc:
+            _fail(lv.episode, f"episode start failed: {exc!r}", traceback.format_exc())
+            lv.done = True
+    try:
+        while True:
+            active = [lv for lv in live if not lv.done]
+            if not active:
+                break
+            for lv in active:
+                _ask(lv)
+            active = [lv for lv in active if not lv.done]
+            gens = [lv for lv in active if isinstance(lv.request, GenRequest)]
+            choices = [lv for lv in active if isinstance(lv.request, ChoiceRequest)]
+            for group, call in ((gens, backend.generate), (choices, backend.choose)):
+                if not group:
+                    continue
+                t0 = time.perf_counter()
+                answers = call([lv.request for lv in group])
+                share = (time.perf_counter() - t0) / len(group)
+                if len(answers) != len(group):
+                    raise BackendError(f"backend {backend.name} answered {len(answers)} of {len(group)} requests")
+                for lv, answer in zip(group, answers):
+                    lv.episode.model_s += share
+                    _act(lv, answer, share)
+    finally:
+        for lv in live:
+            if lv.env is not None:
+                try:
+                    lv.env.close()
+                except Exception:
+                    pass
+    for lv in live:
+        lv.episode.wall_s = time.perf_counter() - lv.started
+        lv.episode.tally()
+    return [lv.episode for lv in live]
+
+
+def _ask(lv: _Live) -> None:
+    if lv.obs.done or len([s for s in lv.episode.steps if not s.tool_calls]) >= lv.max_steps:
+        return _finish(lv)
+    try:
+        lv.request = lv.harness.next_call(lv.state, lv.obs)
+    except Exception as exc:
+        _fail(lv.episode, f"harness.next_call raised {exc!r}", traceback.format_exc())
+        return _finish(lv)
+    if lv.request is None:
+        _finish(lv)
+
+
+def _act(lv: _Live, answer, latency: float) -> None:
+    ep, request = lv.episode, lv.request
+    prompt = json.dumps([asdict(m) for m in request.messages], ensure_ascii=False)
+    step = Step(index=len(ep.steps), prompt=prompt, output="", action="", observation="",
+                prompt_tokens=answer.prompt_tokens, completion_tokens=answer.completion_tokens,
+                latency_s=latency, error=answer.error)
+    ep.steps.append(step)
+    try:
+        action: Action = lv.harness.parse(lv.state, lv.obs, request, answer)
+    except Exception as exc:
+        step.error = f"harness.parse raised {exc!r}"
+        action = Action(env_action="", output=getattr(answer, "text", ""))
+    step.output = action.output or getattr(answer, "text", "")
+    if isinstance(request, ChoiceRequest):
+        step.output = step.output or "(no choice)"
+    try:
+        if action.tool:
+            text = run_tool(lv.ctx, action)
+            step.tool_calls = [{"tool": action.tool, "args": action.args, "result": text[:2000]}]
+            step.observation = text
+        else:
+            step.action = action.env_action or ""
+            lv.obs = lv.env.step(step.action)
+            step.observation = lv.obs.text
+            step.reward = lv.obs.score
+            ep.prediction = step.action
+        lv.harness.observe(lv.state, action, step.observation)
+    except BenchmarkError:
+        raise
+    except Exception as exc:
+        _fail(ep, f"step failed: {exc!r}", traceback.format_exc())
+        _finish(lv)
+
+
+def _finish(lv: _Live) -> None:
+    lv.done = True
+    ep, obs = lv.episode, lv.obs
+    if ep.error is None:
+        ep.score = max(0.0, min(1.0, float(obs.score)))
+        ep.won = bool(obs.info.get("won", ep.score >= 1.0))
+        ep.rewards = {"score": ep.score, **{k: float(v) for k, v in obs.info.get("rewards", {}).items()}}
+
+
+def _fail(ep: Episode, message: str, tb: str) -> None:
+    ep.error = f"{message}\n{tb[-1500:]}"
+    ep.score, ep.won = 0.0, False
+
+
+def run_tool(ctx: ProgramContext, action: Action) -> str:
+    """The harness tools: ``read_skill NAME`` and ``run_skill NAME SCRIPT [ARGS]`` (sandboxed)."""
+    name = action.args[0] if action.args else ""
+    skill = ctx.skill(name)
+    if skill is None:
+        return f"no skill named {name!r}; skills: {', '.join(s.name for s in ctx.skills) or '(none)'}"
+    if action.tool == "read_skill":
+        return skill.body
+    if action.tool == "run_skill":
+        from evolver.sandbox import run_script
+        if len(action.args) < 2:
+            return "usage: run_skill NAME SCRIPT [ARGS...]"
+        script = Path(skill.path) / "scripts" / Path(action.args[1]).name
+        if not script.exists():
+            return f"skill {name} has no script {action.args[1]!r}; scripts: {', '.join(skill.scripts) or '(none)'}"
+        res = run_script(script, list(action.args[2:]), timeout_s=10)
+        status = "timed out" if res.timed_out else ("memory limit exceeded" if res.memory_exceeded
+                                                     else f"exit {res.returncode}")
+        return f"[{status}]\n{res.stdout}{res.stderr}"
+    return f"unknown tool {action.tool!r}"
+
+
+def summarize(program_id: str, split: str, episodes: list[Episode]) -> Evaluation:
+    n = len(episodes)
+    if n == 0:
+        return Evaluation(program_id, split, 0.0, 0.0, 0, 0.0, 0.0)
+    cats: dict[str, list[float]] = {}
+    for e in episodes:
+        cats.setdefault(e.task.category, []).append(e.score)
+    return Evaluation(
+        program_id=program_id, split=split,
+        score=sum(e.score for e in episodes) / n,
+        success=sum(e.won for e in episodes) / n,
+        n=n,
+        context_tokens=sum(e.prompt_tokens for e in episodes) / n,
+        cost=sum(e.prompt_tokens + e.completion_tokens for e in episodes) / n,
+        per_category={c: sum(v) / len(v) for c, v in sorted(cats.items())},
+        errors=sum(1 for e in episodes if e.error),
+    )
+
+
+def sample_stratified(tasks: list[Task], per_category: int, seed: int) -> list[Task]:
+    """A training batch: ``per_category`` tasks from each category, chosen by a seeded shuffle."""
+    import random
+
+    by_cat: dict[str, list[Task]] = {}
+    for t in tasks:
+        by_cat.setdefault(t.category, []).append(t)
+    rng = random.Random(seed)
+    batch = []
+    for cat in sorted(by_cat):
+        pool = list(by_cat[cat])
+        rng.shuffle(pool)
+        batch += pool[:per_category]
+    return batch
+

@@ -1,0 +1,113 @@
+"""The harness interface: the code between the model and the task.
+
+A harness lives in the program (``harness/harness.py`` defines ``class Harness``), so it is versioned,
+hashed into the evaluation cache, and can itself be evolved (the Meta-Harness proposer edits it).
+The default one is ``evolver/seed/harness/harness.py``, copied into every new program.
+
+The evaluator drives every live episode in lockstep through these calls:
+
+``start(task, obs) -> state``
+    A new episode. ``state`` is the harness's per-episode memory (any object); ``self`` persists
+    across the episodes of one evaluation (memory across episodes, if a harness wants it).
+``next_call(state, obs) -> GenRequest | ChoiceRequest | None``
+    The model call for this step, i.e. how the task, the skills and the history become context.
+    A ``ChoiceRequest`` asks the backend to pick one of the valid actions (small models choose far
+    better than they write); ``None`` stops the episode (the harness decides when to stop).
+``parse(state, obs, request, result) -> Action``
+    How model output becomes an environment action or a tool call. Never raise for bad output:
+    return ``Action(env_action="")`` or a best guess; the evaluator records what happened.
+``observe(state, action, text)``
+    The result of the action (an environment observation or a tool's output) for the history.
+
+Tools the harness may offer (run by the evaluator, traced as tool calls):
+``read_skill NAME`` returns a skill's body (progressive disclosure);
+``run_skill NAME SCRIPT [ARGS...]`` runs a skill script in the sandbox.
+
+What the harness can read is passed at construction: ``Harness(program: ProgramContext)``.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from evolver.errors import EvolverError
+from evolver.skills import Skill, load_skills
+from evolver.types import Program, Task
+
+SEED_DIR = Path(__file__).parent / "seed"
+
+
+@dataclass
+class Action:
+    env_action: str | None = None  # sent to the environment
+    tool: str | None = None  # or a tool call: "read_skill", "run_skill"
+    args: list[str] = field(default_factory=list)
+    output: str = ""  # the raw model output this came from (for the trace)
+
+
+@dataclass
+class ProgramContext:
+    """What a harness sees of its program."""
+
+    program: Program
+    prompt: str
+    skills: list[Skill]
+    #: ``select_skills(task, k) -> list[Skill]``: the ``select_skills`` hook, with a lexical default.
+    select_skills: Callable[[Task, int], list[Skill]]
+    count_tokens: Callable[[str], int] = lambda text: max(1, len(text) // 4)
+
+    def skill(self, name: str) -> Skill | None:
+        return next((s for s in self.skills if s.name == name), None)
+
+
+class HarnessLoadError(EvolverError):
+    pass
+
+
+def load_harness_class(program_root: str | Path) -> type:
+    """Import ``harness/harness.py`` of a program checkout and return its ``Harness`` class."""
+    path = Path(program_root) / "harness" / "harness.py"
+    if not path.exists():
+        raise HarnessLoadError(f"{path} is missing: a program needs harness/harness.py defining class Harness")
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+    name = f"evolver_program_harness_{digest}"
+    module = sys.modules.get(name)
+    if module is None:
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        try:
+            spec.loader.exec_module(module)
+        except Exception as exc:
+            raise HarnessLoadError(f"{path} failed to import: {exc!r}") from exc
+        sys.modules[name] = module
+    cls = getattr(module, "Harness", None)
+    if cls is None:
+        raise HarnessLoadError(f"{path} defines no class Harness")
+    return cls
+
+
+def program_context(program: Program, select: Callable | None = None,
+                    count_tokens: Callable[[str], int] | None = None) -> ProgramContext:
+    root = Path(program.root)
+    prompt_path = root / "prompt.md"
+    prompt = prompt_path.read_text() if prompt_path.exists() else ""
+    skills_dir = root / "skills"
+    skills = load_skills(skills_dir) if skills_dir.exists() else []
+    from evolver.skills import relevant
+
+    def default_select(task: Task, k: int) -> list[Skill]:
+        return relevant(skills, f"{task.category} {task.prompt}", k)
+
+    chosen = select or default_select
+    ctx = ProgramContext(program, prompt, skills, lambda task, k: chosen(task, k))
+    if count_tokens:
+        ctx.count_tokens = count_tokens
+    return ctx
+
+
+def make_harness(ctx: ProgramContext) -> Any:
+    return load_harness_class(ctx.program.root)(ctx)

@@ -1,0 +1,115 @@
+"""Every extension point of evolver. A hook's docstring is its contract.
+
+Registration hooks are handed a ``register`` callback instead of returning lists, so the host can
+grow new keyword arguments and handle duplicate names in one place. Implementations may accept
+fewer arguments than a spec declares, so specs can grow without breaking plugins.
+"""
+from __future__ import annotations
+
+import pluggy
+
+hookspec = pluggy.HookspecMarker("evolver")
+hookimpl = pluggy.HookimplMarker("evolver")
+
+
+@hookspec
+def register_benchmarks(register):
+    """Register benchmarks.
+
+    :param register: ``register(name, factory, description="")``; ``factory(**options)`` returns a
+        :class:`evolver.benchmarks.base.Benchmark`.
+    """
+
+
+@hookspec
+def register_backends(register):
+    """Register model backends.
+
+    :param register: ``register(name, factory, description="")``; ``factory(model=None, **options)``
+        returns a :class:`evolver.backends.base.Backend`.
+    """
+
+
+@hookspec
+def register_proposers(register):
+    """Register proposers (EvoSkill, Meta-Harness, ...).
+
+    :param register: ``register(name, factory, description="")``; ``factory(run, **options)`` returns an
+        object with ``propose(ctx) -> list[Candidate]`` (see :mod:`evolver.proposers`).
+    """
+
+
+@hookspec
+def register_trainers(register):
+    """Register policy trainers (GRPO, SFT, ...).
+
+    :param register: ``register(name, factory, description="")``.
+    """
+
+
+@hookspec
+def register_harnesses(register):
+    """Register harness implementations that ``evolver init --harness NAME`` can seed a program with.
+
+    :param register: ``register(name, source_path, description="")``: the path of a Python file that
+        defines ``class Harness`` (see :mod:`evolver.harness`).
+    """
+
+
+@hookspec
+def register_selectors(register):
+    """Register parent-selection strategies.
+
+    :param register: ``register(name, factory, description="")``; ``factory()`` returns a callable
+        ``select(frontier, state) -> member``.
+    """
+
+
+@hookspec
+def register_commands(cli):
+    """Add click commands to the ``evolver`` CLI.
+
+    :param cli: the root :class:`click.Group`.
+    """
+
+
+@hookspec(firstresult=True)
+def select_skills(run, task, program, skills, k):
+    """Choose which skill bodies to inject into a task's context (first non-None answer wins).
+
+    :param run: the run context (may be None outside a run).
+    :param task: the :class:`evolver.types.Task` being played.
+    :param program: the :class:`evolver.types.Program` being evaluated.
+    :param skills: every :class:`evolver.skills.Skill` the program holds.
+    :param k: how many bodies the harness has room for.
+    :return: a list of skills (at most ``k``), or None to defer to the next plugin / the default.
+    """
+
+
+@hookspec
+def on_run_start(run):
+    """A run starts (or resumes: ``run.resumed`` is True)."""
+
+
+@hookspec
+def on_episode_end(run, episode):
+    """An episode finished (cached episodes included: ``episode.cached``)."""
+
+
+@hookspec
+def on_candidate(run, candidate, outcome):
+    """A candidate changed state.
+
+    :param outcome: ``"proposed"``, ``"rejected"``, ``"evaluated"``, ``"admitted"`` or ``"discarded"``;
+        ``candidate.reason`` says why for rejections.
+    """
+
+
+@hookspec
+def on_frontier_changed(run, frontier):
+    """The frontier admitted or evicted a member. :param frontier: the :class:`evolver.frontier.Frontier`."""
+
+
+@hookspec
+def on_run_end(run, summary):
+    """A run finished. :param summary: dict with the final test scores and counts."""

@@ -1,0 +1,342 @@
+"""The core loop, one iteration top to bottom:
+
+parent (from the frontier) -> rollouts on a training batch -> failures -> proposals (each in its own
+worktree) -> cheap checks -> evaluation on dev, all candidates in one batched lockstep, cache first
+-> frontier admits or rejects, tags move -> events to plugins.
+
+At the end the baseline (seed) and every frontier member are evaluated on the held-out test split,
+which selection never saw. Every state change is in the store before the next one starts, so a run
+killed at any point resumes (``evolver run --resume``) from its last finished iteration, and the
+evaluation cache keeps any episode from being played or counted twice.
+"""
+from __future__ import annotations
+
+import shutil
+import tempfile
+import traceback
+from pathlib import Path
+
+from evolver import plugins
+from evolver.checks import audit_leakage, check_harness_import, check_skill_files
+from evolver.evaluate import evaluate_many, run_episodes, sample_stratified, summarize
+from evolver.frontier import Frontier
+from evolver.harness import SEED_DIR
+from evolver.proposers import Draft, ProposeContext
+from evolver.run import Run
+from evolver.types import Candidate, Program, Proposal
+
+SEED_ID = "seed"
+
+
+def seed_files(harness: str = "default") -> Path:
+    """A temp folder with the seed program: prompt.md, skills/, harness/harness.py."""
+    entry = plugins.get("harness", harness)
+    tmp = Path(tempfile.mkdtemp(prefix="evolver-seed-"))
+    shutil.copy(SEED_DIR / "prompt.md", tmp / "prompt.md")
+    (tmp / "skills").mkdir()
+    (tmp / "skills" / ".keep").write_text("")
+    (tmp / "harness").mkdir()
+    shutil.copy(entry.factory, tmp / "harness" / "harness.py")
+    return tmp
+
+
+def ensure_seed(run: Run) -> Program:
+    files = seed_files(run.config.harness)
+    try:
+        program = run.repo.init(files, {"id": SEED_ID, "operator": "seed", "parent": "",
+                                        "model": run.config.role("executor").model or "embedded"})
+    finally:
+        shutil.rmtree(files, ignore_errors=True)
+    if run.store.get_program(SEED_ID, run_id=run.id) is None:
+        run.store.add_program(SEED_ID, run.id, program.commit, program.hash, "", "seed", "", program.manifest)
+    return run.repo.checkout(SEED_ID)
+
+
+def splits(run: Run) -> dict[str, list]:
+    lc, bench = run.config.loop, run.benchmark
+    return {"train": bench.tasks("train", per_category=max(lc.train_per_category * 4, 8)),
+            "dev": bench.tasks("dev", per_category=lc.dev_per_category),
+            "test": bench.tasks("test", per_category=lc.test_per_category)}
+
+
+def evaluate_programs(run: Run, programs: list[Program], tasks, split: str, iteration: int,
+                      purpose: str = "eval") -> list:
+    executor = run.backend("executor")
+    jobs = [(run.context(p), tasks) for p in programs]
+    episode_lists = evaluate_many(jobs, run.benchmark, executor, seed=run.config.loop.episode_seed,
+                                  purpose=purpose, store=run.store, run=run, progress=_progress(run, split))
+    evals = []
+    for p, eps in zip(programs, episode_lists):
+        ev = summarize(p.id, split, eps)
+        run.store.add_evaluation(run.id, iteration, ev)
+        evals.append(ev)
+    return evals
+
+
+def _progress(run: Run, label: str):
+    def show(done: int, total: int) -> None:
+        run.status = f"{label} {done}/{total}"
+        ui = getattr(run, "ui", None)
+        if ui is not None:
+            ui.update(run)
+    return show
+
+
+def run_loop(run: Run) -> dict:
+    """Run (or resume) the search, then the final test evaluation. Returns the summary."""
+    cfg = run.config.loop
+    run.record()
+    seed = ensure_seed(run)
+    run.repo.gc_worktrees()  # worktrees of candidates a killed run left behind
+    data = splits(run)
+    hook = plugins.hook()
+    hook.on_run_start(run=run)
+    proposers = {name: plugins.make("proposer", name, run=run, **run.config.plugins.get(name, {}))
+                 for name in run.config.proposers}
+
+    start = run.store.last_finished_iteration(run.id) + 1
+    if start > 0:
+        last = next(r for r in run.store.iterations(run.id) if r["iteration"] == start - 1)
+        run.frontier = Frontier.from_dict(last["summary"]["frontier"])
+        run.log(f"resuming run {run.id} at iteration {start}")
+    for row in run.store.proposals(run.id):
+        if row["status"] == "proposed":  # built by an iteration that was killed: it will be redone
+            run.store.update_proposal(row["proposal_id"], "abandoned", "the run was stopped before its evaluation")
+    else:
+        ev = evaluate_programs(run, [seed], data["dev"], "dev", -1)[0]
+        run.frontier.consider(SEED_ID, ev.metrics(), -1)
+        run.store.add_frontier_event(run.id, -1, SEED_ID, "seed", ev.metrics(), "the seed program")
+        _retag(run)
+    idle = _iterations_without_admission(run)
+    for it in range(start, cfg.iterations):
+        stop = _budget_exhausted(run, idle)
+        if stop:
+            run.log(f"stopping: {stop}")
+            break
+        admitted = iterate(run, it, proposers, data)
+        idle = 0 if admitted else idle + 1
+    return finish(run, seed, data)
+
+
+def _iterations_without_admission(run: Run) -> int:
+    idle = 0
+    for row in run.store.iterations(run.id):
+        if row["status"] == "finished":
+            idle = 0 if (row["summary"] or {}).get("admitted") else idle + 1
+    return idle
+
+
+def _budget_exhausted(run: Run, idle: int) -> str:
+    cfg = run.config.loop
+    if idle >= cfg.patience:
+        return f"{idle} iterations without an admission (patience {cfg.patience})"
+    if run.elapsed() >= cfg.max_wall_s:
+        return f"wall-time budget of {cfg.max_wall_s:.0f}s spent"
+    if run.proposer_tokens() >= cfg.max_proposer_tokens:
+        return f"proposer token budget of {cfg.max_proposer_tokens} spent"
+    return ""
+
+
+def iterate(run: Run, it: int, proposers: dict, data: dict) -> list[str]:
+    """One iteration. Returns the ids admitted to the frontier."""
+    cfg = run.config.loop
+    run.iteration = it
+    history = [r["parent_id"] for r in run.store.iterations(run.id) if r["iteration"] < it]
+    selector = plugins.make("selector", cfg.selector)
+    parent_member = selector(run.frontier, it, history)
+    parent = run.repo.checkout(parent_member.program_id)
+    run.store.start_iteration(run.id, it, parent.id)
+    run.status = f"iteration {it}: rollouts of {parent.id}"
+
+    batch = sample_stratified(data["train"], cfg.train_per_category, seed=cfg.episode_seed * 1000 + it)
+    episodes = run_episodes(run.context(parent), run.benchmark, run.backend("executor"), batch,
+                            seed=cfg.episode_seed, purpose="train", store=run.store, run=run,
+                            progress=_progress(run, f"iteration {it} rollouts"))
+    failed_ids = {e.id for e in episodes if e.score < cfg.failure_threshold}
+    summary = {"parent": parent.id, "train_score": sum(e.score for e in episodes) / max(1, len(episodes)),
+               "failures": len(failed_ids), "admitted": [], "candidates": []}
+    if not failed_ids:
+        return _finish_iteration(run, it, summary, "no failures: skipped")
+    # Full traces come from the store (cached episodes were loaded without steps).
+    full = {e.id: e for e in run.store.episodes(run_id=None, program_id=None, with_steps=True,
+                                                 ids=[e.id for e in episodes])}
+    failures = [full.get(e.id, e) for e in episodes if e.id in failed_ids]
+    successes = sorted((full.get(e.id, e) for e in episodes if e.id not in failed_ids),
+                       key=lambda e: -e.score)[:2]
+
+    drafts = _propose(run, it, proposers, parent, failures, successes)
+    candidates = _check(run, it, parent, drafts, data)
+    admitted = _evaluate_and_select(run, it, candidates, data)
+    summary["admitted"] = admitted
+    summary["candidates"] = [c.id for c in candidates] + [d.candidate_id for d in drafts if d.rejected]
+    return _finish_iteration(run, it, summary, "")
+
+
+def _finish_iteration(run: Run, it: int, summary: dict, note: str) -> list[str]:
+    summary["frontier"] = run.frontier.to_dict()
+    if note:
+        summary["note"] = note
+    run.store.finish_iteration(run.id, it, run.frontier.ids(), summary)
+    return summary.get("admitted", [])
+
+
+def _next_id(run: Run) -> str:
+    used = {t.split("/", 1)[1] for t in run.repo.tags("program/")} | set(run.repo.branches("cand/"))
+    n = len(used)
+    while f"p{n:04d}" in used:
+        n += 1
+    return f"p{n:04d}"
+
+
+def _propose(run: Run, it: int, proposers: dict, parent: Program, failures, successes) -> list[Draft]:
+    cfg = run.config.loop
+    history = run.store.proposals(run.id)
+    drafts: list[Draft] = []
+    names = list(proposers)
+    share = {n: cfg.candidates_per_iteration // len(names) + (i < cfg.candidates_per_iteration % len(names))
+             for i, n in enumerate(names)}
+    for name, proposer in proposers.items():
+        if share[name] == 0:
+            continue
+
+        def new_draft(operator: str, hypothesis: str = "", parent_id: str | None = None,
+                      detail: dict | None = None, _name=name) -> Draft:
+            cid = _next_id(run)
+            base = parent_id or parent.id
+            path = run.repo.new_candidate(cid, base)
+            proposal = Proposal(proposer=_name, operator=operator, parent_id=base, hypothesis=hypothesis,
+                                detail=detail or {}, id=cid)
+            run.store.add_proposal(cid, run.id, it, _name, operator, base, cid, hypothesis, detail or {})
+            draft = Draft(cid, proposal, path)
+            drafts.append(draft)
+            return draft
+
+        ctx = ProposeContext(run=run, iteration=it, parent=parent, failures=failures, successes=successes,
+                             history=history, frontier=run.frontier, n=share[name], new_draft=new_draft)
+        run.status = f"iteration {it}: {name} proposing"
+        try:
+            proposer.propose(ctx)
+        except Exception as exc:
+            run.log(f"proposer {name} failed: {exc!r}")
+            for d in drafts:
+                if d.proposal.proposer == name and not d.rejected:
+                    d.reject(f"proposer raised {exc!r}: {traceback.format_exc()[-600:]}")
+    return drafts
+
+
+def _reject(run: Run, it: int, draft: Draft, reason: str) -> None:
+    cand = Candidate(draft.candidate_id, draft.proposal, f"cand/{draft.candidate_id}", status="rejected",
+                     reason=reason, worktree=str(draft.path))
+    run.store.update_proposal(draft.candidate_id, "rejected", reason)
+    run.store.add_frontier_event(run.id, it, draft.candidate_id, "reject", {}, reason)
+    plugins.hook().on_candidate(run=run, candidate=cand, outcome="rejected")
+    run.log(f"{draft.candidate_id} rejected: {reason.splitlines()[0]}")
+
+
+def _check(run: Run, it: int, parent: Program, drafts: list[Draft], data: dict) -> list[Candidate]:
+    hook = plugins.hook()
+    survivors: list[Candidate] = []
+    for d in drafts:
+        reason = d.rejected
+        if not reason:
+            manifest = {"id": d.candidate_id, "parent": d.proposal.parent_id, "operator": d.proposal.operator,
+                        "proposal": d.candidate_id, "proposer": d.proposal.proposer,
+                        "hypothesis": d.proposal.hypothesis[:500], "iteration": it,
+                        "model": parent.manifest.get("model", "embedded")}
+            title = f"{d.proposal.operator}: {d.proposal.hypothesis.splitlines()[0][:60] if d.proposal.hypothesis else d.candidate_id}"
+            program = run.repo.commit_candidate(d.candidate_id, manifest, title)
+            run.store.add_program(d.candidate_id, run.id, program.commit, program.hash, d.proposal.parent_id,
+                                  d.proposal.operator, d.candidate_id, program.manifest)
+            cand = Candidate(d.candidate_id, d.proposal, f"cand/{d.candidate_id}", program.commit,
+                             str(d.path), program.hash, status="proposed")
+            hook.on_candidate(run=run, candidate=cand, outcome="proposed")
+            parent_hash = run.store.get_program(d.proposal.parent_id)["program_hash"]
+            reason = ("no change from its parent" if program.hash == parent_hash else
+                      check_skill_files(Path(d.path)) or check_harness_import(Path(d.path)) or
+                      audit_leakage(Path(d.path), d.forbidden, d.forbidden_sequences,
+                                    Path(run.repo.checkout(d.proposal.parent_id).root)))
+            if not reason:
+                reason = _smoke(run, program, data)
+        if reason:
+            _reject(run, it, d, reason)
+            continue
+        cand.status = "checked"
+        survivors.append(cand)
+        cand.program = program  # type: ignore[attr-defined]
+    return survivors
+
+
+def _smoke(run: Run, program: Program, data: dict) -> str:
+    """One episode on a training task: a candidate that cannot play at all is rejected here."""
+    task = data["train"][0]
+    try:
+        ep = run_episodes(run.context(program), run.benchmark, run.backend("executor"), [task],
+                          seed=run.config.loop.episode_seed, purpose="smoke", store=run.store, run=run)[0]
+    except Exception as exc:
+        return f"smoke episode raised {exc!r}"
+    return f"smoke episode failed: {ep.error.splitlines()[0]}" if ep.error else ""
+
+
+def _evaluate_and_select(run: Run, it: int, candidates: list[Candidate], data: dict) -> list[str]:
+    if not candidates:
+        return []
+    hook = plugins.hook()
+    run.status = f"iteration {it}: evaluating {len(candidates)} candidates on dev"
+    programs = [c.program for c in candidates]  # type: ignore[attr-defined]
+    evals = evaluate_programs(run, programs, data["dev"], "dev", it)
+    admitted = []
+    for cand, ev in zip(candidates, evals):
+        metrics = ev.metrics()
+        cand.scores = metrics
+        hook.on_candidate(run=run, candidate=cand, outcome="evaluated")
+        decision = run.frontier.consider(cand.id, metrics, it)
+        commit = run.repo.record_scores(cand.id, {f"dev_{k}": v for k, v in metrics.items()})
+        run.store.update_program_commit(cand.id, commit, run.repo.manifest(cand.id))
+        if decision.admitted:
+            admitted.append(cand.id)
+            cand.status = "admitted"
+            run.store.add_frontier_event(run.id, it, cand.id, "admit", metrics, decision.reason)
+            for gone in decision.evicted:
+                gone_metrics = next((e.metrics() for e in evals if e.program_id == gone), {})
+                run.store.add_frontier_event(run.id, it, gone, "evict", gone_metrics, f"displaced by {cand.id}")
+            run.store.update_proposal(cand.id, "admitted", decision.reason, metrics)
+            run.log(f"{cand.id} admitted: dev score {ev.score:.3f}, {ev.context_tokens:.0f} context tokens")
+            hook.on_candidate(run=run, candidate=cand, outcome="admitted")
+            hook.on_frontier_changed(run=run, frontier=run.frontier)
+        else:
+            cand.status = "discarded"
+            run.store.add_frontier_event(run.id, it, cand.id, "reject", metrics, decision.reason)
+            run.store.update_proposal(cand.id, "discarded", decision.reason, metrics)
+            run.log(f"{cand.id} discarded: dev score {ev.score:.3f} ({decision.reason})")
+            hook.on_candidate(run=run, candidate=cand, outcome="discarded")
+        run.repo.remove_worktree(cand.id)
+    _retag(run)
+    return admitted
+
+
+def _retag(run: Run) -> None:
+    members = set(run.frontier.ids())
+    for tag in run.repo.tags("frontier/"):
+        if tag.split("/", 1)[1] not in members:
+            run.repo.untag(tag)
+    for pid in members:
+        run.repo.tag(f"frontier/{pid}", f"program/{pid}")
+    run.repo.tag("best", f"program/{run.frontier.best().program_id}")
+
+
+def finish(run: Run, seed: Program, data: dict) -> dict:
+    """Evaluate the baseline and the frontier on test (never seen by selection) and report."""
+    from evolver.report import write_report
+
+    run.status = "final evaluation on test"
+    ids = [SEED_ID] + [m for m in run.frontier.ids() if m != SEED_ID]
+    programs = [run.repo.checkout(pid) for pid in ids]
+    evals = evaluate_programs(run, programs, data["test"], "test", run.iteration + 1)
+    summary = {"test": {ev.program_id: ev.metrics() | {"per_category": ev.per_category} for ev in evals},
+               "baseline": SEED_ID, "best": run.frontier.best().program_id,
+               "frontier": run.frontier.to_dict(), "tokens": dict(run.tokens),
+               "wall_s": run.elapsed(), "iterations": run.iteration + 1}
+    summary["report"] = str(write_report(run, summary))
+    run.store.update_run(run.id, status="finished", summary=summary)
+    plugins.hook().on_run_end(run=run, summary=summary)
+    return summary

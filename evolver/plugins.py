@@ -1,0 +1,237 @@
+"""The plugin manager: built-ins, entry points, local plugin files, hook tracing.
+
+Built-in benchmarks and backends are ordinary plugins (``evolver/default_plugins.py``) registered
+through the same hooks third-party plugins use. Third-party and first-party plugins (``plugins/``)
+are found through the entry-point group ``evolver``.
+
+Environment variables:
+- ``EVOLVER_PLUGINS=a,b``: load only these entry-point plugins (empty string: none). The test
+  suite sets it to keep an installed plugin from changing results.
+- ``EVOLVER_TRACE_PLUGINS=1``: print every hook call with its arguments and results to stderr.
+- ``EVOLVER_PLUGIN_PATH=file.py:folder``: extra local plugins, like ``--plugin``.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import importlib.util
+import os
+import sys
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import pluggy
+
+from evolver import hookspecs
+from evolver.errors import PluginError, UnknownNameError
+
+GROUP = "evolver"
+KINDS = ("benchmark", "backend", "proposer", "trainer", "harness", "selector")
+HOOK_OF = {kind: f"register_{kind}es" if kind.endswith("s") else f"register_{kind}s" for kind in KINDS}
+
+
+@dataclass
+class Entry:
+    name: str
+    factory: Any
+    description: str = ""
+    plugin: str = ""
+
+
+@dataclass
+class Registry:
+    """Name -> factory for one kind of thing; duplicate names are an error naming both plugins."""
+
+    kind: str
+    entries: dict[str, Entry] = field(default_factory=dict)
+
+    def register(self, plugin: str) -> Callable:
+        def register(name: str, factory: Any, description: str = "", **_: Any) -> None:
+            if name in self.entries and self.entries[name].plugin != plugin:
+                raise PluginError(f"{self.kind} {name!r} is registered twice: by {self.entries[name].plugin} "
+                                  f"and by {plugin}; uninstall one or set EVOLVER_PLUGINS")
+            self.entries[name] = Entry(name, factory, description, plugin)
+        return register
+
+    def get(self, name: str) -> Entry:
+        if name not in self.entries:
+            raise UnknownNameError(self.kind, name, list(self.entries))
+        return self.entries[name]
+
+    def names(self) -> list[str]:
+        return sorted(self.entries)
+
+
+_pm: pluggy.PluginManager | None = None
+_registries: dict[str, Registry] | None = None
+_local_loaded: list[str] = []
+
+
+def _new_manager() -> pluggy.PluginManager:
+    pm = pluggy.PluginManager(GROUP)
+    pm.add_hookspecs(hookspecs)
+    from evolver import default_plugins
+
+    pm.register(default_plugins, name="evolver.default_plugins")
+    if os.environ.get("EVOLVER_TRACE_PLUGINS"):
+        def before(hook_name, hook_impls, kwargs):
+            shown = {k: _short(v) for k, v in kwargs.items()}
+            print(f"[hook] {hook_name}({shown}) -> {[i.plugin_name for i in hook_impls]}", file=sys.stderr)
+
+        def after(outcome, hook_name, hook_impls, kwargs):
+            try:
+                print(f"[hook] {hook_name} returned {_short(outcome.get_result())}", file=sys.stderr)
+            except BaseException as exc:  # the hook raised: show that instead
+                print(f"[hook] {hook_name} raised {exc!r}", file=sys.stderr)
+        pm.add_hookcall_monitoring(before, after)
+    return pm
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _load_entry_points(pm: pluggy.PluginManager) -> None:
+    allowed = os.environ.get("EVOLVER_PLUGINS")
+    only = None if allowed is None else {n.strip() for n in allowed.split(",") if n.strip()}
+    for ep in importlib.metadata.entry_points(group=GROUP):
+        if only is not None and ep.name not in only:
+            continue
+        if pm.get_plugin(ep.name) is not None:
+            continue
+        try:
+            module = ep.load()
+        except Exception as exc:
+            raise PluginError(f"plugin {ep.name!r} ({ep.value}, from package "
+                              f"{ep.dist.name if ep.dist else '?'}) failed to import: {exc!r}\n"
+                              f"{_tail(traceback.format_exc())}\n"
+                              f"Fix or uninstall it, or skip it with EVOLVER_PLUGINS=<the others>.") from exc
+        pm.register(module, name=ep.name)
+
+
+def _tail(tb: str, lines: int = 6) -> str:
+    return "\n".join(tb.strip().splitlines()[-lines:])
+
+
+def load_local(path: str | Path, pm: pluggy.PluginManager | None = None) -> str:
+    """Load a plugin from a .py file or a folder (its ``__init__.py`` or every top-level .py)."""
+    pm = pm or manager()
+    path = Path(path).resolve()
+    if not path.exists():
+        raise PluginError(f"plugin path {path} does not exist")
+    files = [path] if path.is_file() else ([path / "__init__.py"] if (path / "__init__.py").exists()
+                                            else sorted(path.glob("*.py")))
+    name = f"local:{path}"
+    for file in files:
+        mod_name = f"evolver_local_{abs(hash(str(file)))}"
+        try:
+            if file.name == "__init__.py":
+                spec = importlib.util.spec_from_file_location(
+                    mod_name, file, submodule_search_locations=[str(file.parent)])
+            else:
+                spec = importlib.util.spec_from_file_location(mod_name, file)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[mod_name] = module
+            spec.loader.exec_module(module)
+        except Exception as exc:
+            raise PluginError(f"local plugin {file} failed to import: {exc!r}\n{_tail(traceback.format_exc())}") from exc
+        plugin_name = f"local:{file}"
+        if pm.get_plugin(plugin_name) is None:
+            pm.register(module, name=plugin_name)
+    global _registries
+    _registries = None  # registrations changed
+    _local_loaded.append(str(path))
+    return name
+
+
+def manager() -> pluggy.PluginManager:
+    global _pm
+    if _pm is None:
+        pm = _new_manager()
+        _load_entry_points(pm)
+        for extra in filter(None, os.environ.get("EVOLVER_PLUGIN_PATH", "").split(os.pathsep)):
+            load_local(extra, pm)
+        try:
+            pm.check_pending()
+        except pluggy.PluginValidationError as exc:
+            raise PluginError(f"a plugin implements an unknown hook: {exc}") from exc
+        _pm = pm
+    return _pm
+
+
+def reset() -> None:
+    """Forget loaded plugins (tests use this between cases)."""
+    global _pm, _registries
+    _pm, _registries = None, None
+    _local_loaded.clear()
+
+
+def registries() -> dict[str, Registry]:
+    global _registries
+    if _registries is None:
+        pm = manager()
+        regs = {kind: Registry(kind) for kind in KINDS}
+        plugins = [p for _, p in pm.list_name_plugin()]
+        for kind in KINDS:
+            hook_name = HOOK_OF[kind]
+            for impl in getattr(pm.hook, hook_name).get_hookimpls():
+                # One plugin at a time (through the hook, so tracing sees it) to know who registered what.
+                others = [p for p in plugins if p is not impl.plugin]
+                caller = pm.subset_hook_caller(hook_name, remove_plugins=others)
+                try:
+                    caller(register=regs[kind].register(impl.plugin_name))
+                except PluginError:
+                    raise
+                except Exception as exc:
+                    raise PluginError(f"plugin {impl.plugin_name!r} failed in {hook_name}: {exc!r}") from exc
+        _registries = regs
+    return _registries
+
+
+def get(kind: str, name: str) -> Entry:
+    return registries()[kind].get(name)
+
+
+def make(kind: str, name: str, **options: Any) -> Any:
+    entry = get(kind, name)
+    try:
+        return entry.factory(**options)
+    except TypeError as exc:
+        raise PluginError(f"{kind} {name!r} rejected its options {sorted(options)}: {exc}") from exc
+
+
+def hook():
+    return manager().hook
+
+
+def describe() -> list[dict]:
+    """One row per plugin: name, version, hooks it implements, what it registers."""
+    pm = manager()
+    regs = registries()
+    dists = {}
+    for ep in importlib.metadata.entry_points(group=GROUP):
+        dists[ep.name] = (ep.dist.name, ep.dist.version) if ep.dist else ("?", "?")
+    rows = []
+    for name, plugin in pm.list_name_plugin():
+        hooks = sorted(h.name for h in pm.get_hookcallers(plugin) or [])
+        provides = [f"{kind}:{e.name}" for kind, reg in regs.items() for e in reg.entries.values()
+                    if e.plugin == name]
+        if name in dists:
+            package, version = dists[name]
+        elif name.startswith("evolver."):
+            package, version = "evolver", _version("evolver")
+        else:
+            package, version = "(local file)", ""
+        rows.append({"name": name, "package": package, "version": version, "hooks": hooks,
+                     "provides": provides})
+    return rows
+
+
+def _version(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "dev"

@@ -1,0 +1,54 @@
+"""The proposer interface: failures + history in, candidate programs out.
+
+A proposer is registered with ``register_proposers(register)`` as ``factory(run, **options)`` and
+returns an object with one method::
+
+    propose(ctx: ProposeContext) -> list[Draft]
+
+For each idea it calls ``ctx.new_draft(operator, hypothesis)``, which creates a git worktree on a new
+branch from the parent (``draft.path``); it edits files there (skills/, harness/, prompt.md) and
+returns the drafts. The loop then commits each draft, runs the cheap checks, evaluates the
+survivors together and lets the frontier decide. A proposer never commits, evaluates or touches the
+frontier itself, so every proposer gets the same guarantees (lineage, caching, budgets, logging).
+
+Error policy: a proposer that raises loses only its own candidates for this iteration (the error is
+logged as a rejected proposal); a draft it cannot finish it returns with ``draft.reject(reason)``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from evolver.types import Episode, Program, Proposal
+
+
+@dataclass
+class Draft:
+    candidate_id: str
+    proposal: Proposal
+    path: Path  # the worktree to edit
+    #: Strings that must not appear in the candidate's skills or harness (gold answers, task ids
+    #: of the tasks it was built from); the loop's leakage audit rejects a candidate that has any.
+    forbidden: list[str] = field(default_factory=list)
+    #: Gold action sequences of those tasks: three consecutive gold steps in order is a leak.
+    forbidden_sequences: list[list[str]] = field(default_factory=list)
+    rejected: str = ""
+
+    def reject(self, reason: str) -> "Draft":
+        self.rejected = reason
+        return self
+
+
+@dataclass
+class ProposeContext:
+    run: Any  # evolver.run.Run
+    iteration: int
+    parent: Program
+    failures: list[Episode]  # below the threshold, with full steps
+    successes: list[Episode]  # a few contrasting successes, with steps
+    history: list[dict]  # every past proposal of this run: operator, hypothesis, status, scores
+    frontier: Any  # evolver.frontier.Frontier
+    n: int  # how many candidates this proposer should build now
+    new_draft: Callable[..., Draft] = None  # new_draft(operator, hypothesis, parent_id=None, detail=None)
+    extra: dict = field(default_factory=dict)

