@@ -255,7 +255,7 @@ def tiny_model_dir(tmp_path_factory):
 def tiny(tiny_model_dir):
     from evolver.backends.transformers_backend import TransformersBackend
 
-    return TransformersBackend(model=str(tiny_model_dir), dtype="fp32", max_batch=4, choose_batch=5)
+    return TransformersBackend(model=str(tiny_model_dir), dtype="fp32", max_batch=4)
 
 
 CONVERSATIONS = [
@@ -377,7 +377,7 @@ def test_choose_shared_kv_equals_naive(tiny):
 def test_choose_with_end_token_and_errors(tiny_model_dir, tiny):
     from evolver.backends.transformers_backend import TransformersBackend
 
-    b = TransformersBackend(model=str(tiny_model_dir), dtype="fp32", choose_eos=True, choose_batch=2)
+    b = TransformersBackend(model=str(tiny_model_dir), dtype="fp32", choose_eos=True)
     req = ChoiceRequest(user("q"), ["yes", "no", "maybe so"])
     shared, naive = b.choose([req])[0], b.choose_naive([req])[0]
     assert shared.scores == pytest.approx(naive.scores, abs=1e-4)
@@ -416,6 +416,10 @@ def test_load_weights_swaps_in_place(tiny_model_dir, tmp_path):
     assert b.model == "restored" and b.generate(req)[0].logprobs == pytest.approx(before.logprobs, abs=1e-6)
     b.load_weights(tiny_model_dir)  # a folder works too
     assert b.generate(req)[0].completion_ids == before.completion_ids
+    with torch.no_grad():
+        b.hf_model.model.norm.weight.mul_(2)  # "training in place"
+    b.weights_changed()
+    assert b.model not in (model_before, "restored") and "+" in b.model
     with pytest.raises(BackendError, match="do not match"):
         b.load_weights({"nope.weight": torch.zeros(1)})
 

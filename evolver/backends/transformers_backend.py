@@ -36,11 +36,10 @@ class TransformersBackend(Backend):
     scores_options = True
 
     def __init__(self, model: str | None = None, dtype: str = "bf16", max_batch: int = 16,
-                 threads: int | None = None, choose_batch: int = 32, choose_eos: bool = False, **_: Any):
+                 threads: int | None = None, choose_eos: bool = False, **_: Any):
         """``dtype="bf16"`` keeps fp32 weights and runs under bf16 autocast (fastest measured here).
 
-        ``choose_batch`` bounds how many options share one forward pass (memory: each carries a copy
-        of the prompt's KV). ``choose_eos=True`` also scores the end-of-turn token after each option
+        ``choose_eos=True`` also scores the end-of-turn token after each option
         (penalises prefixes: "go" vs "go north"); off by default because SmolLM2 prefers to go on
         talking, so the end token drowned the answer in spot checks ("Madrid" over "Paris").
         """
@@ -50,7 +49,6 @@ class TransformersBackend(Backend):
             torch.set_num_threads(int(threads))
         self.autocast = dtype in _BF16
         self.max_batch = max(1, int(max_batch))
-        self.choose_batch = max(1, int(choose_batch))
         self.choose_eos = choose_eos
         path, gguf_file, self.model = resolve_model(model)
         self._base_model = self.model
@@ -274,45 +272,58 @@ class TransformersBackend(Backend):
         return ChoiceResult(index=best, scores=scores, prompt_tokens=len(prompt), completion_tokens=chosen)
 
     def _score_shared(self, prompt: list[int], opts: list[list[int]]) -> list[float]:
-        """Mean log-prob per option token, from one prompt prefill shared by all options."""
-        dev, P = self.device, len(prompt)
-        scores: list[float] = []
-        with self._ctx():
-            p = torch.tensor([prompt], device=dev)
-            logits, cache = self._forward(p, torch.ones_like(p), torch.arange(P, device=dev)[None], None,
-                                          logits_to_keep=1)
-            first_lp = torch.log_softmax(logits[0, -1].float(), dim=-1)  # predicts each option's 1st token
-            kv = [(layer.keys, layer.values) for layer in cache.layers]
-            for start in range(0, len(opts), self.choose_batch):
-                chunk = opts[start:start + self.choose_batch]
-                K, T = len(chunk), max(len(o) for o in chunk)
-                tail = torch.zeros((K, max(T - 1, 0)))
-                if T > 1:
-                    # Feed tokens 0..T-2 (right-padded); their outputs predict tokens 1..T-1.
-                    ids = torch.full((K, T - 1), self.pad_id, dtype=torch.long)
-                    m = torch.zeros((K, T - 1), dtype=torch.long)
-                    for r, o in enumerate(chunk):
-                        if len(o) > 1:  # an empty option has nothing to feed (its score is -inf)
-                            ids[r, :len(o) - 1] = torch.tensor(o[:-1], dtype=torch.long)
-                            m[r, :len(o) - 1] = 1
-                    ids, m = ids.to(dev), m.to(dev)
-                    # A fresh cache per chunk holding the prompt's KV repeated K times (expand is a
-                    # view; the cache's first concatenation materialises it once per layer).
-                    from transformers import DynamicCache
+        """Mean log-prob per option token, the prompt computed once for all options.
 
-                    shared_cache = DynamicCache()
-                    for li, (k, v) in enumerate(kv):
-                        shared_cache.update(k.expand(K, -1, -1, -1), v.expand(K, -1, -1, -1), li)
-                    mask = torch.cat([torch.ones((K, P), dtype=torch.long, device=dev), m], dim=1)
-                    pos = (P + torch.arange(T - 1, device=dev)).expand(K, -1)
-                    out, _ = self._forward(ids, mask, pos, shared_cache)
-                    targets = torch.full((K, T - 1), 0, dtype=torch.long)
-                    for r, o in enumerate(chunk):
-                        if len(o) > 1:
-                            targets[r, :len(o) - 1] = torch.tensor(o[1:], dtype=torch.long)
-                    tail = _token_logprobs(out, targets.to(dev)).cpu()
-                for r, o in enumerate(chunk):
-                    scores.append(_mean_lp(first_lp, tail[r], o))
+        The prompt and every option are packed into ONE sequence with a 4-D attention mask: prompt
+        tokens attend causally to the prompt; each option's tokens attend to the whole prompt and to
+        their own earlier tokens only, with positions restarting at ``len(prompt)``. One forward pass,
+        no copy of the prompt's KV per option (copying it was the cost: 0.74 s vs 0.39 s per call for
+        a 347-token prompt and 24 options, bf16, 2 threads), and it equals the naive scores (1e-5, fp32).
+        """
+        scores: list[float] = []
+        budget = max(16, self.context_window - len(prompt))
+        chunk: list[list[int]] = []
+        for o in opts:  # options are short; chunk only when they would overflow the context window
+            if chunk and sum(max(len(c) - 1, 0) for c in chunk) + len(o) > budget:
+                scores += self._score_packed(prompt, chunk)
+                chunk = []
+            chunk.append(o)
+        if chunk:
+            scores += self._score_packed(prompt, chunk)
+        return scores
+
+    def _score_packed(self, prompt: list[int], opts: list[list[int]]) -> list[float]:
+        dev, P = self.device, len(prompt)
+        feed = [o[:-1] for o in opts]  # the last token of an option is only ever a target
+        L = P + sum(len(f) for f in feed)
+        mask = torch.zeros((L, L), dtype=torch.bool)
+        mask[:P, :P] = torch.ones((P, P), dtype=torch.bool).tril()
+        pos, starts, at = list(range(P)), [], P
+        for f in feed:
+            n = len(f)
+            mask[at:at + n, :P] = True
+            mask[at:at + n, at:at + n] = torch.ones((n, n), dtype=torch.bool).tril()
+            pos += range(P, P + n)
+            starts.append(at)
+            at += n
+        ids = torch.tensor([prompt + [t for f in feed for t in f]], device=dev)
+        keep = torch.tensor([P - 1] + list(range(P, L)), device=dev)  # logits only where a target is
+        with self._ctx():
+            out = self.hf_model(input_ids=ids, attention_mask=mask[None, None].to(dev),
+                                position_ids=torch.tensor([pos], device=dev), use_cache=False,
+                                logits_to_keep=keep)
+        logits = out.logits[0].float()
+        lp = logits - torch.logsumexp(logits, dim=-1, keepdim=True)  # [1 + sum(len(f)), V], small
+        scores = []
+        for o, start in zip(opts, starts):
+            if not o:
+                scores.append(float("-inf"))
+                continue
+            total = float(lp[0, o[0]])
+            rows = torch.arange(len(o) - 1) + 1 + (start - P)
+            if len(o) > 1:
+                total += float(lp[rows, torch.tensor(o[1:])].sum())
+            scores.append(total / len(o))
         return scores
 
     def _score_naive(self, prompt: list[int], opts: list[list[int]]) -> list[float]:
@@ -361,6 +372,10 @@ class TransformersBackend(Backend):
             raise BackendError(f"weights do not match the model: missing {missing[:5]}, unexpected {unexpected[:5]}")
         self.model = model_id or ident or f"{self._base_model}+{state_hash(state)}"
 
+    def weights_changed(self, model_id: str | None = None) -> None:
+        """Call after training ``hf_model`` in place: gives ``self.model`` (cache keys) a new identity."""
+        self.model = model_id or f"{self._base_model}+{state_hash(self.hf_model.state_dict())}"
+
     def close(self) -> None:
         self.hf_model = None  # type: ignore[assignment]
         gc.collect()
@@ -380,13 +395,6 @@ def _token_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor
     """log p(target) per position without materialising a second [B, T, V] log-softmax tensor."""
     logits = logits.float()
     return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
-
-
-def _mean_lp(first_lp: torch.Tensor, tail: torch.Tensor, opt: list[int]) -> float:
-    if not opt:
-        return float("-inf")
-    total = float(first_lp[opt[0]]) + float(tail[:len(opt) - 1].sum())
-    return total / len(opt)
 
 
 def _cut_at_stop(text: str, stop: list[str] | None) -> str:

