@@ -21,6 +21,7 @@ from evolver.checks import audit_leakage, check_harness_import, check_skill_file
 from evolver.evaluate import evaluate_many, run_episodes, sample_stratified, summarize
 from evolver.frontier import Frontier
 from evolver.harness import SEED_DIR
+from evolver.programs import content_hash
 from evolver.proposers import Draft, ProposeContext
 from evolver.run import Run
 from evolver.types import Candidate, Program, Proposal
@@ -234,47 +235,47 @@ def _reject(run: Run, it: int, draft: Draft, reason: str) -> None:
 
 
 def _check(run: Run, it: int, parent: Program, drafts: list[Draft], data: dict) -> list[Candidate]:
+    """Commit every draft, then the cheap checks; the smoke episodes of all survivors run together."""
     hook = plugins.hook()
-    survivors: list[Candidate] = []
+    checked: list[Candidate] = []
     for d in drafts:
-        reason = d.rejected
-        if not reason:
-            manifest = {"id": d.candidate_id, "parent": d.proposal.parent_id, "operator": d.proposal.operator,
-                        "proposal": d.candidate_id, "proposer": d.proposal.proposer,
-                        "hypothesis": d.proposal.hypothesis[:500], "iteration": it,
-                        "model": parent.manifest.get("model", "embedded")}
-            title = f"{d.proposal.operator}: {d.proposal.hypothesis.splitlines()[0][:60] if d.proposal.hypothesis else d.candidate_id}"
-            program = run.repo.commit_candidate(d.candidate_id, manifest, title)
-            run.store.add_program(d.candidate_id, run.id, program.commit, program.hash, d.proposal.parent_id,
-                                  d.proposal.operator, d.candidate_id, program.manifest)
-            cand = Candidate(d.candidate_id, d.proposal, f"cand/{d.candidate_id}", program.commit,
-                             str(d.path), program.hash, status="proposed")
-            hook.on_candidate(run=run, candidate=cand, outcome="proposed")
-            parent_hash = run.store.get_program(d.proposal.parent_id)["program_hash"]
-            reason = ("no change from its parent" if program.hash == parent_hash else
-                      check_skill_files(Path(d.path)) or check_harness_import(Path(d.path)) or
-                      audit_leakage(Path(d.path), d.forbidden, d.forbidden_sequences,
-                                    Path(run.repo.checkout(d.proposal.parent_id).root)))
-            if not reason:
-                reason = _smoke(run, program, data)
+        if d.rejected:
+            _reject(run, it, d, d.rejected)
+            continue
+        manifest = {"id": d.candidate_id, "parent": d.proposal.parent_id, "operator": d.proposal.operator,
+                    "proposal": d.candidate_id, "proposer": d.proposal.proposer,
+                    "hypothesis": d.proposal.hypothesis[:500], "iteration": it,
+                    "model": parent.manifest.get("model", "embedded")}
+        first = d.proposal.hypothesis.splitlines()[0][:60] if d.proposal.hypothesis else d.candidate_id
+        program = run.repo.commit_candidate(d.candidate_id, manifest, f"{d.proposal.operator}: {first}")
+        run.store.add_program(d.candidate_id, run.id, program.commit, program.hash, d.proposal.parent_id,
+                              d.proposal.operator, d.candidate_id, program.manifest)
+        cand = Candidate(d.candidate_id, d.proposal, f"cand/{d.candidate_id}", program.commit,
+                         str(d.path), program.hash, status="proposed")
+        cand.program = program  # type: ignore[attr-defined]
+        hook.on_candidate(run=run, candidate=cand, outcome="proposed")
+        parent_root = Path(run.repo.checkout(d.proposal.parent_id).root)
+        reason = ("no change from its parent" if program.hash == content_hash(parent_root) else
+                  check_skill_files(Path(d.path)) or check_harness_import(Path(d.path)) or
+                  audit_leakage(Path(d.path), d.forbidden, d.forbidden_sequences, parent_root))
         if reason:
             _reject(run, it, d, reason)
-            continue
-        cand.status = "checked"
-        survivors.append(cand)
-        cand.program = program  # type: ignore[attr-defined]
+        else:
+            checked.append(cand)
+    # One smoke episode each, on a training task, all in one batch: a candidate that cannot play is out.
+    run.status = f"iteration {it}: smoke episodes"
+    jobs = [(run.context(c.program), data["train"][:1]) for c in checked]  # type: ignore[attr-defined]
+    smokes = evaluate_many(jobs, run.benchmark, run.backend("executor"), seed=run.config.loop.episode_seed,
+                           purpose="smoke", store=run.store, run=run) if jobs else []
+    survivors = []
+    drafts_by_id = {d.candidate_id: d for d in drafts}
+    for cand, (ep,) in zip(checked, smokes):
+        if ep.error:
+            _reject(run, it, drafts_by_id[cand.id], f"smoke episode failed: {ep.error.splitlines()[0]}")
+        else:
+            cand.status = "checked"
+            survivors.append(cand)
     return survivors
-
-
-def _smoke(run: Run, program: Program, data: dict) -> str:
-    """One episode on a training task: a candidate that cannot play at all is rejected here."""
-    task = data["train"][0]
-    try:
-        ep = run_episodes(run.context(program), run.benchmark, run.backend("executor"), [task],
-                          seed=run.config.loop.episode_seed, purpose="smoke", store=run.store, run=run)[0]
-    except Exception as exc:
-        return f"smoke episode raised {exc!r}"
-    return f"smoke episode failed: {ep.error.splitlines()[0]}" if ep.error else ""
 
 
 def _evaluate_and_select(run: Run, it: int, candidates: list[Candidate], data: dict) -> list[str]:

@@ -374,6 +374,20 @@ def test_choose_shared_kv_equals_naive(tiny):
     assert shared[0].prompt_tokens == len(tiny.chat_ids(CONVERSATIONS[1]))
 
 
+def test_choose_reuses_a_shared_prompt_prefix_exactly(tiny):
+    system = Message("system", "You are an agent in a small kitchen with a fridge. " * 2)  # < 256 chars
+    steps = [[system, Message("user", f"Step {i}: you did {'look ' * i}. Next action:")] for i in range(4)]
+    options = ["go north", "look", "open fridge", "take the red apple"]
+    tiny._prefixes.clear()
+    reused = tiny.choose([ChoiceRequest(m, options) for m in steps])
+    assert len(tiny._prefixes) == 4  # each prompt's KV was kept for the next step
+    naive = tiny.choose_naive([ChoiceRequest(m, options) for m in steps])
+    for r, n in zip(reused, naive):
+        assert r.scores == pytest.approx(n.scores, abs=1e-4) and r.index == n.index
+    tiny.weights_changed("tiny-retrained")
+    assert not tiny._prefixes  # KV from old weights is never reused
+
+
 def test_choose_with_end_token_and_errors(tiny_model_dir, tiny):
     from evolver.backends.transformers_backend import TransformersBackend
 

@@ -76,3 +76,54 @@ def test_malformed_and_leaking_skills_are_rejected_with_reasons(tmp_path):
         assert props[0]["status"] == "rejected" and "builder" in props[0]["reason"]
     finally:
         store.close()
+
+
+BROKEN_PROPOSER = '''
+from pathlib import Path
+from evolver.hookspecs import hookimpl
+
+GOOD = Path(%r).read_text()
+
+class Breaker:
+    def __init__(self, run, **_):
+        self.run = run
+
+    def propose(self, ctx):
+        d1 = ctx.new_draft("harness", "a harness that does not import")
+        (Path(d1.path) / "harness" / "harness.py").write_text("import not_a_module_anywhere\\n")
+        d2 = ctx.new_draft("harness", "a harness that crashes while playing")
+        (Path(d2.path) / "harness" / "harness.py").write_text(
+            GOOD.replace("def next_call(self, state, obs):", "def next_call(self, state, obs):\\n        raise RuntimeError('boom')"))
+        d3 = ctx.new_draft("noop", "changes nothing")
+        return [d1, d2, d3]
+
+@hookimpl
+def register_proposers(register):
+    register("breaker", Breaker)
+'''
+
+
+def test_broken_candidates_are_rejected_with_their_reasons_and_the_run_goes_on(tmp_path):
+    import toybench
+    from evolver.harness import SEED_DIR
+    plugin = tmp_path / "breaker.py"
+    plugin.write_text(BROKEN_PROPOSER % str(SEED_DIR / "harness" / "harness.py"))
+    plugins.load_local(plugin)
+    plugins.load_local(TOY)
+    cfg = make_config(tmp_path, toybench.make_rule(), iterations=1, candidates_per_iteration=3)
+    cfg.proposers = ["breaker"]
+    store = Store(Path(cfg.store) / "evolver.duckdb")
+    run = Run(cfg, store, ProgramRepo(Path(cfg.store)))
+    try:
+        summary = run_loop(run)
+        reasons = {p["hypothesis"]: (p["status"], p["reason"]) for p in store.proposals(run.id)}
+        assert reasons["a harness that does not import"][0] == "rejected"
+        assert "not_a_module_anywhere" in reasons["a harness that does not import"][1]
+        assert reasons["a harness that crashes while playing"][0] == "rejected"
+        assert "smoke episode failed" in reasons["a harness that crashes while playing"][1]
+        assert "boom" in reasons["a harness that crashes while playing"][1]
+        assert reasons["changes nothing"] == ("rejected", "no change from its parent")
+        assert summary["best"] == "seed"
+    finally:
+        run.close()
+        store.close()

@@ -17,6 +17,7 @@ import contextlib
 import gc
 import inspect
 import os
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -36,9 +37,11 @@ class TransformersBackend(Backend):
     scores_options = True
 
     def __init__(self, model: str | None = None, dtype: str = "bf16", max_batch: int = 16,
-                 threads: int | None = None, choose_eos: bool = False, **_: Any):
+                 threads: int | None = None, choose_eos: bool = False, prefix_cache: int = 64, **_: Any):
         """``dtype="bf16"`` keeps fp32 weights and runs under bf16 autocast (fastest measured here).
 
+        ``prefix_cache`` is how many recent prompts keep their KV for ``choose`` (0: off): a new
+        prompt reuses the longest prefix it shares with one of them (~10 MB each for SmolLM2-135M).
         ``choose_eos=True`` also scores the end-of-turn token after each option
         (penalises prefixes: "go" vs "go north"); off by default because SmolLM2 prefers to go on
         talking, so the end token drowned the answer in spot checks ("Madrid" over "Paris").
@@ -50,6 +53,8 @@ class TransformersBackend(Backend):
         self.autocast = dtype in _BF16
         self.max_batch = max(1, int(max_batch))
         self.choose_eos = choose_eos
+        self.prefix_cache = int(prefix_cache)
+        self._prefixes: OrderedDict = OrderedDict()
         path, gguf_file, self.model = resolve_model(model)
         self._base_model = self.model
         self.path = path
@@ -294,24 +299,28 @@ class TransformersBackend(Backend):
 
     def _score_packed(self, prompt: list[int], opts: list[list[int]]) -> list[float]:
         dev, P = self.device, len(prompt)
+        reuse, past = self._prefix_lookup(prompt)  # KV of a prompt prefix seen before (same episode)
         feed = [o[:-1] for o in opts]  # the last token of an option is only ever a target
-        L = P + sum(len(f) for f in feed)
-        mask = torch.zeros((L, L), dtype=torch.bool)
-        mask[:P, :P] = torch.ones((P, P), dtype=torch.bool).tril()
-        pos, starts, at = list(range(P)), [], P
+        new = P - reuse + sum(len(f) for f in feed)
+        mask = torch.zeros((new, reuse + new), dtype=torch.bool)
+        mask[:, :reuse] = True
+        mask[:P - reuse, reuse:P] = torch.ones((P - reuse, P - reuse), dtype=torch.bool).tril()
+        pos, starts, at = list(range(reuse, P)), [], P
         for f in feed:
             n = len(f)
-            mask[at:at + n, :P] = True
-            mask[at:at + n, at:at + n] = torch.ones((n, n), dtype=torch.bool).tril()
+            mask[at - reuse:at - reuse + n, :P] = True
+            mask[at - reuse:at - reuse + n, at:at + n] = torch.ones((n, n), dtype=torch.bool).tril()
             pos += range(P, P + n)
             starts.append(at)
             at += n
-        ids = torch.tensor([prompt + [t for f in feed for t in f]], device=dev)
-        keep = torch.tensor([P - 1] + list(range(P, L)), device=dev)  # logits only where a target is
+        ids = torch.tensor([prompt[reuse:] + [t for f in feed for t in f]], device=dev)
+        keep = torch.tensor([P - 1 - reuse] + list(range(P - reuse, new)), device=dev)  # only where a target is
         with self._ctx():
             out = self.hf_model(input_ids=ids, attention_mask=mask[None, None].to(dev),
-                                position_ids=torch.tensor([pos], device=dev), use_cache=False,
-                                logits_to_keep=keep)
+                                position_ids=torch.tensor([pos], device=dev), use_cache=self.prefix_cache > 0,
+                                logits_to_keep=keep, **{self._cache_kw: past})
+        cache = getattr(out, "cache", None)
+        self._prefix_store(prompt, cache if cache is not None else getattr(out, "past_key_values", None))
         logits = out.logits[0].float()
         lp = logits - torch.logsumexp(logits, dim=-1, keepdim=True)  # [1 + sum(len(f)), V], small
         scores = []
@@ -325,6 +334,38 @@ class TransformersBackend(Backend):
                 total += float(lp[rows, torch.tensor(o[1:])].sum())
             scores.append(total / len(o))
         return scores
+
+    # Consecutive steps of an episode repeat the system prompt, the skills and the task: keeping the
+    # KV of recent prompts and reusing the longest shared prefix skips most of each step's prefill.
+    def _prefix_lookup(self, prompt: list[int]):
+        best, best_len = None, 0
+        ids = torch.tensor(prompt)
+        for key, (cached_ids, kv) in self._prefixes.items():
+            n = min(len(cached_ids), len(prompt) - 1)  # keep at least one prompt token to feed
+            if n <= best_len:
+                continue
+            same = int((cached_ids[:n] == ids[:n]).int().cumprod(0).sum())
+            if same > best_len:
+                best, best_len = key, same
+        if best is None or best_len < 32:
+            return 0, None
+        self._prefixes.move_to_end(best)
+        from transformers import DynamicCache
+
+        cache = DynamicCache()
+        for layer, (k, v) in enumerate(self._prefixes[best][1]):
+            cache.update(k[:, :, :best_len], v[:, :, :best_len], layer)
+        return best_len, cache
+
+    def _prefix_store(self, prompt: list[int], cache) -> None:
+        if self.prefix_cache <= 0 or cache is None:
+            return
+        P = len(prompt)
+        kv = [(layer.keys[:, :, :P].clone(), layer.values[:, :, :P].clone()) for layer in cache.layers]
+        self._prefixes[tuple(prompt)] = (torch.tensor(prompt), kv)
+        self._prefixes.move_to_end(tuple(prompt))
+        while len(self._prefixes) > self.prefix_cache:
+            self._prefixes.popitem(last=False)
 
     def _score_naive(self, prompt: list[int], opts: list[list[int]]) -> list[float]:
         dev, P = self.device, len(prompt)
@@ -371,10 +412,12 @@ class TransformersBackend(Backend):
         if missing or unexpected:
             raise BackendError(f"weights do not match the model: missing {missing[:5]}, unexpected {unexpected[:5]}")
         self.model = model_id or ident or f"{self._base_model}+{state_hash(state)}"
+        self._prefixes.clear()  # KV computed by the old weights
 
     def weights_changed(self, model_id: str | None = None) -> None:
         """Call after training ``hf_model`` in place: gives ``self.model`` (cache keys) a new identity."""
         self.model = model_id or f"{self._base_model}+{state_hash(self.hf_model.state_dict())}"
+        self._prefixes.clear()  # KV computed by the old weights
 
     def close(self) -> None:
         self.hf_model = None  # type: ignore[assignment]
