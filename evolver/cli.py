@@ -91,18 +91,23 @@ def init(obj: Ctx, force):
               help="Program id, tag or commit (falls back to the seed when there is no 'best' yet).")
 @click.option("--backend", default=None, help="Executor backend (default: the config's).")
 @click.option("--model", default=None, help="Executor model, a HF folder, a .gguf file or a checkpoint.")
-@click.option("--skills", "skills_mode", type=click.Choice(["evolved", "none"]), default="evolved",
-              show_default=True, help="Play with the program's skills or with none.")
+@click.option("--skills", "skills_modes", default="evolved", show_default=True,
+              help="Skills condition(s), comma-separated: evolved (the program's), none, self (the model "
+                   "writes its own in one shot). Several: a comparison with absolute and normalised gains.")
 @click.option("--max-live", type=int, default=32, show_default=True, help="Episodes played at once (1 = serial).")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a config key (repeatable).")
 @click.pass_obj
-def eval_cmd(obj: Ctx, benchmark, suite, split, per_category, program_ref, backend, model, skills_mode, max_live,
+def eval_cmd(obj: Ctx, benchmark, suite, split, per_category, program_ref, backend, model, skills_modes, max_live,
              overrides):
     """Play one program on one benchmark split: a score table, every trace in the store."""
-    from evolver.evaluate import run_episodes, summarize
+    from evolver.conditions import CONDITIONS, compare, gains_table
     from evolver.loop import ensure_seed
     from evolver.run import Run
 
+    modes = [m.strip() for m in skills_modes.split(",") if m.strip()]
+    bad = [m for m in modes if m not in CONDITIONS]
+    if bad or not modes:
+        raise EvolverError(f"--skills {skills_modes!r}: choose from {', '.join(CONDITIONS)} (comma-separated)")
     extra = []
     if benchmark:
         extra.append(f"benchmark={json.dumps(benchmark)}")
@@ -116,34 +121,37 @@ def eval_cmd(obj: Ctx, benchmark, suite, split, per_category, program_ref, backe
         extra.append(f"roles.executor.model={json.dumps(model)}")
     config = obj.config(extra + list(overrides))
     store, repo = open_workspace(config)
+    started = time.perf_counter()
     with store:
         run = Run(config, store, repo, run_id="eval-" + time.strftime("%Y%m%d-%H%M%S"))
         run.record()
         ensure_seed(run)
         ref = program_ref if program_ref != "best" or "best" in repo.tags("") else "seed"
         program = repo.checkout(ref)
-        ctx = run.context(program)
-        if skills_mode == "none":
-            from evolver.types import stable_hash
-            ctx.skills = []
-            ctx.select_skills = lambda task, k: []
-            program.hash = stable_hash(program.hash, "no-skills")
         tasks = run.benchmark.tasks(split, per_category=per_category)
         click.echo(f"playing {len(tasks)} {split} tasks of {config.benchmark} with program {program.id} "
-                   f"({skills_mode} skills)", err=True)
-        started = time.perf_counter()
-        episodes = run_episodes(ctx, run.benchmark, run.backend("executor"), tasks, store=store, run=run,
-                                max_live=max_live, progress=lambda d, t: click.echo(f"  {d}/{t} episodes", err=True))
-        ev = summarize(program.id, split, episodes)
-        store.add_evaluation(run.id, 0, ev)
-        store.update_run(run.id, status="finished", summary={"eval": ev.metrics(), "per_category": ev.per_category,
-                                                             "wall_s": time.perf_counter() - started})
-        run.close()
-    click.echo(_table(["category", "score"], [[c, f"{s:.3f}"] for c, s in ev.per_category.items()]
-                      + [["all", f"{ev.score:.3f}"]]))
-    click.echo(f"success {ev.success:.3f}  context tokens/episode {ev.context_tokens:.0f}  errors {ev.errors}  "
-               f"wall {time.perf_counter() - started:.1f}s")
-    click.echo(f"traces: evolver traces --run {run.id}   (one: evolver traces --episode {episodes[0].id[:8]})")
+                   f"(skills: {', '.join(modes)})", err=True)
+        try:
+            evals = compare(run, program, tasks, modes, max_live=max_live,
+                            progress=lambda d, t: click.echo(f"  {d}/{t} episodes", err=True))
+        finally:
+            run.close()
+        for ev in evals.values():
+            store.add_evaluation(run.id, 0, ev)
+        store.update_run(run.id, status="finished", summary={
+            "eval": {c: ev.metrics() | {"per_category": ev.per_category} for c, ev in evals.items()},
+            "wall_s": time.perf_counter() - started})
+    if len(evals) == 1:
+        ev = next(iter(evals.values()))
+        click.echo(_table(["category", "score"], [[c, f"{s:.3f}"] for c, s in ev.per_category.items()]
+                          + [["all", f"{ev.score:.3f}"]]))
+        click.echo(f"success {ev.success:.3f}  context tokens/episode {ev.context_tokens:.0f}  errors {ev.errors}  "
+                   f"wall {time.perf_counter() - started:.1f}s")
+    else:
+        click.echo(_table(["skills", "score", "success", "gain vs none", "normalised g", "context tokens"],
+                          gains_table(evals)))
+    first = next(iter(evals.values())).episodes[0].id[:8] if tasks else ""
+    click.echo(f"traces: evolver traces --run {run.id}   (one: evolver traces --episode {first})")
 
 
 @cli.command()
@@ -308,17 +316,17 @@ store = "store"
 proposers = ["evoskill"]
 
 [loop]
-iterations = 4
-train_per_category = 2
+iterations = 3
+train_per_category = 1
 dev_per_category = 2
-test_per_category = 4
+test_per_category = 2
 failure_threshold = 0.8
 candidates_per_iteration = 2
 frontier_capacity = 3
 objectives = ["score:max", "context_tokens:min", "cost:min"]
 selector = "round-robin"
 patience = 3
-max_wall_s = 900
+max_wall_s = 600
 
 # One backend per role; roles naming the same backend and model share one copy of the weights.
 [roles.executor]

@@ -35,13 +35,13 @@ class RoleConfig(Strict):
 
 
 class LoopConfig(Strict):
-    iterations: int = 4
+    iterations: int = 3
     """Maximum iterations of the loop (parent -> rollouts -> failures -> proposals -> eval -> frontier)."""
-    train_per_category: int = 2
+    train_per_category: int = 1
     """Training batch per iteration: this many tasks from each category (a stratified batch)."""
     dev_per_category: int = 2
     """Validation split size per category; selection sees only this split."""
-    test_per_category: int = 4
+    test_per_category: int = 2
     """Held-out test split per category, used only for the final report."""
     failure_threshold: float = 0.8
     """tau: episodes scoring below it are failures (EvoSkill uses 0.8 on a 0..1 score)."""
@@ -55,8 +55,9 @@ class LoopConfig(Strict):
     """Parent selection: round-robin, best, random, ucb (or a plugin's)."""
     patience: int = 3
     """Stop early after this many iterations without an admission."""
-    max_wall_s: float = 900
-    """Wall-time budget for the search (the final test evaluation is outside it)."""
+    max_wall_s: float = 600
+    """Wall-time budget for the search: no iteration starts that would end past it (judged by the
+    mean duration of the iterations so far). The final test evaluation comes after it."""
     max_proposer_tokens: int = 2_000_000
     """Budget on tokens spent by proposer/builder roles."""
     episode_seed: int = 0

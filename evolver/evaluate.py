@@ -73,7 +73,9 @@ def evaluate_many(jobs: list[tuple[ProgramContext, list[Task]]], benchmark, back
     for start in range(0, len(pending), max_live):
         wave = pending[start:start + max_live]
         lives = [_Live(e, jobs[j][0], harnesses[j], max_steps) for j, i, e in wave]
-        finished = _play_wave(lives, benchmark, backend)
+        base = len(results)
+        finished = _play_wave(lives, benchmark, backend,
+                              (lambda n: progress(base + n, total)) if progress else None)
         if store is not None:
             store.add_episodes(finished)
         for (j, i, _), e in zip(wave, finished):
@@ -99,7 +101,7 @@ def _emit(run, episode: Episode, on_episode) -> None:
     plugins.hook().on_episode_end(run=run, episode=episode)
 
 
-def _play_wave(live: list[_Live], benchmark, backend) -> list[Episode]:
+def _play_wave(live: list[_Live], benchmark, backend, on_round: Callable[[int], None] | None = None) -> list[Episode]:
     for lv in live:
         if isinstance(lv.harness, Exception):
             _fail(lv.episode, f"harness failed to load: {lv.harness!r}", "")
@@ -117,6 +119,8 @@ def _play_wave(live: list[_Live], benchmark, backend) -> list[Episode]:
     try:
         while True:
             active = [lv for lv in live if not lv.done]
+            if on_round:
+                on_round(len(live) - len(active))
             if not active:
                 break
             for lv in active:

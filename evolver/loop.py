@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import time
 import traceback
 from pathlib import Path
 
@@ -109,12 +110,15 @@ def run_loop(run: Run) -> dict:
         run.store.add_frontier_event(run.id, -1, SEED_ID, "seed", ev.metrics(), "the seed program")
         _retag(run)
     idle = _iterations_without_admission(run)
+    durations: list[float] = []
     for it in range(start, cfg.iterations):
-        stop = _budget_exhausted(run, idle)
+        stop = _budget_exhausted(run, idle, sum(durations) / len(durations) if durations else 0.0)
         if stop:
             run.log(f"stopping: {stop}")
             break
+        began = time.time()
         admitted = iterate(run, it, proposers, data)
+        durations.append(time.time() - began)
         idle = 0 if admitted else idle + 1
     return finish(run, seed, data)
 
@@ -127,12 +131,13 @@ def _iterations_without_admission(run: Run) -> int:
     return idle
 
 
-def _budget_exhausted(run: Run, idle: int) -> str:
+def _budget_exhausted(run: Run, idle: int, typical_iteration_s: float) -> str:
     cfg = run.config.loop
     if idle >= cfg.patience:
         return f"{idle} iterations without an admission (patience {cfg.patience})"
-    if run.elapsed() >= cfg.max_wall_s:
-        return f"wall-time budget of {cfg.max_wall_s:.0f}s spent"
+    if run.elapsed() + typical_iteration_s >= cfg.max_wall_s:
+        return (f"wall-time budget of {cfg.max_wall_s:.0f}s: {run.elapsed():.0f}s spent, an iteration takes "
+                f"~{typical_iteration_s:.0f}s")
     if run.proposer_tokens() >= cfg.max_proposer_tokens:
         return f"proposer token budget of {cfg.max_proposer_tokens} spent"
     return ""

@@ -91,7 +91,7 @@ def test_second_process_on_the_same_store_gets_a_clear_message(tmp_path):
 def test_kill_9_then_resume_loses_nothing_and_counts_nothing_twice(tmp_path):
     marks = tmp_path / "marks"
     marks.mkdir()
-    args = base_args(tmp_path) + ["--set=roles.executor.options={delay = 0.05}",
+    args = base_args(tmp_path) + ["--set=roles.executor.options={delay = 0.05}", "--set=loop.train_per_category=2",
                                   "--set=loop.candidates_per_iteration=2", "--set=loop.patience=9"]
     env = dict(os.environ, TOY_MARK_DIR=str(marks))
     cmd = [sys.executable, "-m", "evolver.cli", *args, "run", "--iterations", "3"]
@@ -119,3 +119,17 @@ def test_kill_9_then_resume_loses_nothing_and_counts_nothing_twice(tmp_path):
         assert [i["iteration"] for i in its if i["status"] == "finished"] == [0, 1, 2]
         assert run["summary"]["test"][run["summary"]["best"]]["score"] == 1.0
         assert "proposed" not in {p["status"] for p in store.proposals(run["run_id"])}
+
+
+def test_eval_compares_skill_conditions_with_normalised_gain(tmp_path):
+    args = base_args(tmp_path)
+    assert invoke(args + ["run", "--iterations", "1", "--set=loop.candidates_per_iteration=1"]).exit_code == 0
+    r = invoke(args + ["eval", "--split", "test", "--skills", "none,evolved,self"])
+    assert r.exit_code == 0, r.output
+    rows = {ln.split()[0]: ln.split() for ln in r.output.splitlines() if ln.split()[:1] in (["none"], ["evolved"], ["self"])}
+    assert rows["none"][1] == "0.000" and rows["evolved"][1] == "1.000"
+    assert rows["evolved"][3] == "+1.000" and rows["evolved"][4] == "+1.000"  # absolute and normalised gain
+    # Asked for "numbered steps", the scripted model writes its UPPERCASE rule for itself too.
+    assert rows["self"][1] == "1.000" and rows["self"][4] == "+1.000"
+    r = invoke(args + ["eval", "--skills", "some"])
+    assert r.exit_code == 2 and "choose from none, evolved, self" in r.output

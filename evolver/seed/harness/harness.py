@@ -17,6 +17,7 @@ from __future__ import annotations
 from evolver.harness import Action
 from evolver.types import ChoiceRequest, GenRequest, Message
 
+CHOOSE_ACTIONS = True  # rank the listed valid actions (False: the model writes its action)
 INJECT_SKILLS = 2  # bodies injected per episode (0: names and descriptions only)
 HISTORY_STEPS = 4  # past (action, observation) pairs shown
 MAX_OBS_CHARS = 1200  # one observation's share of the context
@@ -57,7 +58,7 @@ class Harness:
         if obs.done:
             return None
         messages = [Message("system", self.system_prompt(state)), Message("user", self.user_prompt(state, obs))]
-        if obs.actions:
+        if obs.actions and CHOOSE_ACTIONS:
             recent = {a for a, _ in state["history"][-HISTORY_STEPS:]}
             options = [a for a in obs.actions if a not in recent] or list(obs.actions)
             return ChoiceRequest(messages=messages, options=options)

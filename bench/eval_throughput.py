@@ -1,0 +1,68 @@
+"""Episodes per minute of `evolver eval` on twx-easy with the embedded model: all episodes in one
+lockstep batch vs one episode at a time, side by side in one run, for both action modes of the
+default harness (choose among valid actions; write the action). Also the share of wall time spent
+outside model calls.
+
+    .venv/bin/python bench/eval_throughput.py [--per-category 2] [--max-steps 6]
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from evolver.config import Config
+from evolver.evaluate import run_episodes
+from evolver.loop import ensure_seed
+from evolver.programs import ProgramRepo
+from evolver.run import Run
+from evolver.store import Store
+from evolver.types import stable_hash
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--per-category", type=int, default=2)
+    ap.add_argument("--max-steps", type=int, default=6)
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="evolver-bench-"))
+    cfg = Config(store=str(tmp), benchmark_options={"suite": "twx-easy", "max_steps": args.max_steps})
+    store = Store(tmp / "evolver.duckdb")
+    run = Run(cfg, store, ProgramRepo(tmp))
+    run.record()
+    seed = ensure_seed(run)
+    tasks = run.benchmark.tasks("dev", per_category=args.per_category)
+    backend = run.backend("executor")
+    harness_file = Path(seed.root) / "harness" / "harness.py"
+    original = harness_file.read_text()
+    rows = []
+    for mode in ("choose", "generate"):
+        harness_file.write_text(original.replace("CHOOSE_ACTIONS = True", f"CHOOSE_ACTIONS = {mode == 'choose'}"))
+        for label, max_live in (("batched", len(tasks)), ("one at a time", 1)):
+            seed.hash = stable_hash(mode, label, time.time())  # a fresh cache key: nothing is served from the store
+            start = time.perf_counter()
+            eps = run_episodes(run.context(seed), run.benchmark, backend, tasks, store=store, run=run,
+                               max_live=max_live, use_cache=False)
+            wall = time.perf_counter() - start
+            model = sum(e.model_s for e in eps)
+            steps = sum(len(e.steps) for e in eps)
+            rows.append((mode, label, len(eps), steps, wall, 60 * len(eps) / wall, 100 * (wall - model) / wall,
+                         sum(e.score for e in eps) / len(eps)))
+    harness_file.write_text(original)
+    run.close()
+    store.close()
+    shutil.rmtree(tmp, ignore_errors=True)
+    print(f"twx-easy dev, {len(tasks)} episodes of at most {args.max_steps} steps, SmolLM2-135M bf16 on CPU")
+    print(f"{'actions':9} {'episodes played':16} {'episodes':>8} {'steps':>6} {'wall s':>7} {'ep/min':>7} "
+          f"{'outside model %':>15} {'score':>6}")
+    for r in rows:
+        print(f"{r[0]:9} {r[1]:16} {r[2]:8d} {r[3]:6d} {r[4]:7.1f} {r[5]:7.1f} {r[6]:15.1f} {r[7]:6.3f}")
+    for mode in ("choose", "generate"):
+        b, s = [r for r in rows if r[0] == mode]
+        print(f"{mode}: batched / one at a time = {b[5] / s[5]:.2f}x episodes per minute")
+
+
+if __name__ == "__main__":
+    main()
