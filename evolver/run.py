@@ -5,6 +5,8 @@ New information arrives as new attributes, which old plugins simply ignore.
 """
 from __future__ import annotations
 
+import shutil
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -64,7 +66,13 @@ class Run:
     @property
     def benchmark(self):
         if self._benchmark is None:
-            self._benchmark = plugins.make("benchmark", self.config.benchmark, **self.config.benchmark_options)
+            name, options = self.config.benchmark, self.config.benchmark_options
+            if name == "twx" and shutil.which("java") is None:
+                # TextWorldExpress runs in a JVM; without Java the zero-dependency benchmark stands in.
+                print("evolver: Java not found, so twx cannot run; using the built-in 'basic' benchmark "
+                      "instead (install openjdk-17-jre-headless for twx)", file=sys.stderr)
+                name, options = "basic", {}
+            self._benchmark = plugins.make("benchmark", name, **options)
         return self._benchmark
 
     def backend(self, role: str) -> Backend:

@@ -18,13 +18,7 @@ from evolver.backends.base import Backend
 from evolver.errors import BackendError
 from evolver.types import GenRequest, GenResult
 
-try:  # httpx, or the API-identical fork that huggingface_hub pulls in (what this venv has)
-    import httpx
-except ImportError:  # pragma: no cover - depends on the environment
-    try:
-        import httpx2 as httpx  # type: ignore[no-redef]
-    except ImportError:
-        httpx = None  # type: ignore[assignment]
+import httpx
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000/v1"
 
@@ -35,8 +29,6 @@ class OpenAIBackend(Backend):
     def __init__(self, model: str, base_url: str | None = None, api_key: str | None = None,
                  timeout_s: float = 60, max_retries: int = 3, concurrency: int = 8,
                  backoff_s: float = 0.5, **_: Any):
-        if httpx is None:
-            raise BackendError("the openai backend needs httpx: pip install httpx")
         self.model_name = model
         self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
         self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
