@@ -78,9 +78,6 @@ def evaluate_programs(run: Run, programs: list[Program], tasks, split: str, iter
 def _progress(run: Run, label: str):
     def show(done: int, total: int) -> None:
         run.status = f"{label} {done}/{total}"
-        ui = getattr(run, "ui", None)
-        if ui is not None:
-            ui.update(run)
     return show
 
 
@@ -233,7 +230,7 @@ def _propose(run: Run, it: int, proposers: dict, parent: Program, failures, succ
 def _reject(run: Run, it: int, draft: Draft, reason: str) -> None:
     cand = Candidate(draft.candidate_id, draft.proposal, f"cand/{draft.candidate_id}", status="rejected",
                      reason=reason, worktree=str(draft.path))
-    run.store.update_proposal(draft.candidate_id, "rejected", reason)
+    run.store.update_proposal(draft.candidate_id, "rejected", reason, detail=draft.proposal.detail)
     run.store.add_frontier_event(run.id, it, draft.candidate_id, "reject", {}, reason)
     plugins.hook().on_candidate(run=run, candidate=cand, outcome="rejected")
     run.log(f"{draft.candidate_id} rejected: {reason.splitlines()[0]}")
@@ -258,6 +255,7 @@ def _check(run: Run, it: int, parent: Program, drafts: list[Draft], data: dict) 
         cand = Candidate(d.candidate_id, d.proposal, f"cand/{d.candidate_id}", program.commit,
                          str(d.path), program.hash, status="proposed")
         cand.program = program  # type: ignore[attr-defined]
+        run.store.update_proposal(d.candidate_id, "proposed", detail=d.proposal.detail)  # as the proposer left it
         hook.on_candidate(run=run, candidate=cand, outcome="proposed")
         parent_root = Path(run.repo.checkout(d.proposal.parent_id).root)
         reason = ("no change from its parent" if program.hash == content_hash(parent_root) else

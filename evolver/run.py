@@ -60,7 +60,19 @@ class Run:
         self.frontier: Frontier = Frontier.from_config(config.loop.objectives, config.loop.frontier_capacity)
         self._backends: dict[tuple, Backend] = {}
         self._benchmark = None
-        self.status = ""  # one line for the progress display
+        self.ui = None  # the progress display (evolver.ui.LiveStatus), when one is attached
+        self._status = ""
+
+    @property
+    def status(self) -> str:
+        """One line for the progress display; setting it refreshes the display."""
+        return self._status
+
+    @status.setter
+    def status(self, text: str) -> None:
+        self._status = text
+        if self.ui is not None:
+            self.ui.update(self)
 
     # -- parts, built lazily -------------------------------------------------------------------
     @property

@@ -364,11 +364,14 @@ class Store:
                                           candidate_id, hypothesis, dumps(detail), now, now])
 
     @_locked
-    def update_proposal(self, proposal_id: str, status: str, reason: str = "", scores: dict | None = None) -> None:
-        """Set status and reason; scores replace the stored ones when given."""
+    def update_proposal(self, proposal_id: str, status: str, reason: str = "", scores: dict | None = None,
+                        detail: dict | None = None) -> None:
+        """Set status and reason; scores and detail replace the stored ones when given."""
         self._update(f"proposal {proposal_id!r}", "UPDATE proposals SET status = ?, reason = ?, "
-                     "scores = coalesce(?::JSON, scores), updated_at = ? WHERE proposal_id = ?",
-                     [status, reason, None if scores is None else dumps(scores), _now(), proposal_id])
+                     "scores = coalesce(?::JSON, scores), detail = coalesce(?::JSON, detail), updated_at = ? "
+                     "WHERE proposal_id = ?",
+                     [status, reason, None if scores is None else dumps(scores),
+                      None if detail is None else dumps(detail), _now(), proposal_id])
 
     @_locked
     def proposals(self, run_id: str | None = None) -> list[dict]:

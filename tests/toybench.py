@@ -60,6 +60,8 @@ def make_rule(body: str = GOOD_BODY, description: str = "Use when asked to answe
         text = "\n".join(m.content for m in req.messages)
         if "ACTION: create or edit" in text:
             return plan
+        if text.rstrip().endswith("Assertions:"):  # the surrogate verifier
+            return "ASSERT: correct\nASSERT NOT: wrong"
         if text.rstrip().endswith("Description:"):
             return description
         if "numbered steps" in text:

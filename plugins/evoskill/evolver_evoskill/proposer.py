@@ -28,6 +28,7 @@ from evolver.types import GenRequest, Message
 
 from evolver_evoskill import agentic
 from evolver_evoskill.render import fit, render_history, render_skills, render_trace, with_cuts
+from evolver_evoskill.verifier import SurrogateVerifier, surrogate_missed
 
 META_SKILL = Path(__file__).resolve().parents[3] / "skills" / "writing-skills" / "SKILL.md"
 
@@ -57,6 +58,9 @@ class Options(BaseModel):
     """Tool calls allowed to the agentic proposer before it must answer."""
     max_body_chars: int = 1500
     """Cap on a built skill's body (the core's caps apply too)."""
+    verifier: bool = False
+    """EvoSkills' surrogate verifier: replay the candidate on its failure tasks, check assertions that
+    an isolated judge wrote from the task and the transcript only; one revision, then reject."""
 
 
 class EvoSkillProposer:
@@ -96,9 +100,24 @@ class EvoSkillProposer:
         draft.forbidden_sequences = [list(map(str, e.task.gold)) for e in shown if isinstance(e.task.gold, list)]
         try:
             self._build(draft, plan, skills, k)
+            if self.options.verifier:
+                self._verify(ctx, draft, plan, skills, failures, k)
         except BuildError as exc:
             draft.reject(f"builder: {exc}")
         return draft
+
+    def _verify(self, ctx, draft, plan: dict, skills, failures, k: int) -> None:
+        verifier = SurrogateVerifier(self.run)
+        escalate = surrogate_missed(ctx.history)
+        verdict = verifier.verify(draft, failures, escalate)
+        if not verdict.passed:  # one revision with the failed assertions as diagnostics
+            plan = dict(plan, idea=f"{plan['idea']}\nThe previous version failed these checks: "
+                                   f"{'; '.join(verdict.failed[:4])}")
+            self._build(draft, plan, skills, k + 1, rebuild=True)
+            verdict = verifier.verify(draft, failures, escalate)
+        draft.proposal.detail.update(verified=verdict.passed, assertions=[a[1] for a in verdict.assertions])
+        if not verdict.passed:
+            draft.reject(f"surrogate verifier: {'; '.join(verdict.failed[:3])}")
 
     def _proposer_prompt(self, ctx, failures, skills) -> list[Message]:
         def build(rung) -> str:
@@ -124,9 +143,11 @@ class EvoSkillProposer:
         return result.text
 
     # -- the builder -------------------------------------------------------------------------------
-    def _build(self, draft, plan: dict, skills, k: int) -> None:
+    def _build(self, draft, plan: dict, skills, k: int, rebuild: bool = False) -> None:
         skills_dir = Path(draft.path) / "skills"
         current = next((s for s in skills if s.name == plan["skill"]), None)
+        if rebuild and current is None:  # a revision replaces the skill this draft created
+            shutil.rmtree(skills_dir / draft.proposal.detail.get("skill", plan["skill"]), ignore_errors=True)
         header = (f"{self.meta_skill}\n\n## The proposal\nAction: {plan['action']} skill `{plan['skill']}`\n"
                   f"Failure pattern: {plan['why']}\nIdea: {plan['idea']}\n")
         if current is not None:
@@ -136,6 +157,7 @@ class EvoSkillProposer:
         else:
             spec = self._build_fields(header, plan, k)
         spec["name"] = plan["skill"] if current is not None else slug(spec.get("name") or plan["skill"])
+        draft.proposal.detail["skill"] = spec["name"]
         if current is not None:
             shutil.rmtree(current.path)
             meta = dict(current.meta)
