@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from dataclasses import dataclass
 from collections import Counter
 from pathlib import Path
 from typing import Literal
@@ -78,9 +79,42 @@ class EvoSkillProposer:
             if merged is not None:
                 drafts.append(merged)
                 wanted -= 1
-        for k in range(wanted):
-            drafts.append(self._one(ctx, k))
-        return drafts
+        # Each candidate is built by a generator that yields its model calls; the driver answers
+        # the pending calls of all candidates as one batch per role, so n candidates cost about
+        # as much wall time as one (batched generation: 23 vs 190 tokens/s at batch 1 vs 16 here).
+        return drafts + self._drive([self._one(ctx, k) for k in range(wanted)])
+
+    def _drive(self, builders) -> list:
+        results: list = [None] * len(builders)
+        pending: dict[int, Call] = {}
+
+        def advance(i: int, value, error: Exception | None = None) -> None:
+            try:
+                pending[i] = builders[i].throw(error) if error else builders[i].send(value)
+            except StopIteration as stop:
+                results[i] = stop.value
+        for i in range(len(builders)):
+            advance(i, None)
+        while pending:
+            by_role: dict[str, list[int]] = {}
+            for i, call in pending.items():
+                by_role.setdefault(call.role, []).append(i)
+            answered = {}
+            for role, ids in by_role.items():
+                rc = self.run.config.role(role)
+                reqs = []
+                for i in ids:
+                    c = pending[i]
+                    # With greedy decoding the k candidates would be identical: sample the later ones.
+                    temperature = rc.temperature if (rc.temperature > 0 or c.k == 0) else 0.7
+                    reqs.append(GenRequest(messages=c.messages, max_tokens=c.max_tokens or rc.max_tokens,
+                                           temperature=temperature, seed=1000 * max(self.run.iteration, 0) + c.k))
+                for i, res in zip(ids, self.run.backend(role).generate(reqs)):
+                    answered[i] = res
+            for i, res in answered.items():
+                call = pending.pop(i)
+                advance(i, res.text, BuildError(f"{call.role} call failed: {res.error}") if res.error else None)
+        return results
 
     # -- create / edit -----------------------------------------------------------------------------
     def _one(self, ctx, k: int):
@@ -90,7 +124,7 @@ class EvoSkillProposer:
         if self.options.mode == "agentic":
             answer = agentic.ask(self, ctx, failures, skills)
         else:
-            answer = self._call("proposer", self._proposer_prompt(ctx, failures, skills), k)
+            answer = yield Call("proposer", self._proposer_prompt(ctx, failures, skills), k)
         plan = parse_plan(answer, skills, failures)
         draft = ctx.new_draft(plan["action"], f"{plan['why']} {plan['idea']}".strip(),
                               detail={"skill": plan["skill"], "raw": answer[:2000]})
@@ -99,9 +133,9 @@ class EvoSkillProposer:
                                                         if isinstance(e.task.gold, (str, int, float))]
         draft.forbidden_sequences = [list(map(str, e.task.gold)) for e in shown if isinstance(e.task.gold, list)]
         try:
-            self._build(draft, plan, skills, k)
+            yield from self._build(draft, plan, skills, k)
             if self.options.verifier:
-                self._verify(ctx, draft, plan, skills, failures, k)
+                yield from self._verify(ctx, draft, plan, skills, failures, k)
         except BuildError as exc:
             draft.reject(f"builder: {exc}")
         return draft
@@ -113,7 +147,7 @@ class EvoSkillProposer:
         if not verdict.passed:  # one revision with the failed assertions as diagnostics
             plan = dict(plan, idea=f"{plan['idea']}\nThe previous version failed these checks: "
                                    f"{'; '.join(verdict.failed[:4])}")
-            self._build(draft, plan, skills, k + 1, rebuild=True)
+            yield from self._build(draft, plan, skills, k + 1, rebuild=True)
             verdict = verifier.verify(draft, failures, escalate)
         draft.proposal.detail.update(verified=verdict.passed, assertions=[a[1] for a in verdict.assertions])
         if not verdict.passed:
@@ -131,17 +165,6 @@ class EvoSkillProposer:
         text, cuts = fit(build, self.options.prompt_budget, backend.count_tokens)
         return [Message("system", PROPOSER_SYSTEM), Message("user", with_cuts(text, cuts) + "\n\n" + ANSWER_FORMAT)]
 
-    def _call(self, role: str, messages: list[Message], k: int, max_tokens: int | None = None) -> str:
-        rc = self.run.config.role(role)
-        # With greedy decoding the k candidates would be identical: sample the later ones.
-        temperature = rc.temperature if (rc.temperature > 0 or k == 0) else 0.7
-        req = GenRequest(messages=messages, max_tokens=max_tokens or rc.max_tokens, temperature=temperature,
-                         seed=1000 * max(self.run.iteration, 0) + k)
-        result = self.run.backend(role).generate([req])[0]
-        if result.error:
-            raise BuildError(f"{role} call failed: {result.error}")
-        return result.text
-
     # -- the builder -------------------------------------------------------------------------------
     def _build(self, draft, plan: dict, skills, k: int, rebuild: bool = False) -> None:
         skills_dir = Path(draft.path) / "skills"
@@ -153,9 +176,9 @@ class EvoSkillProposer:
         if current is not None:
             header += f"\n## The current SKILL.md of {current.name}\n{(Path(current.path) / 'SKILL.md').read_text()}\n"
         if self.options.builder_format == "json":
-            spec = self._build_json(header, k)
+            spec = yield from self._build_json(header, k)
         else:
-            spec = self._build_fields(header, plan, k)
+            spec = yield from self._build_fields(header, plan, k)
         spec["name"] = plan["skill"] if current is not None else slug(spec.get("name") or plan["skill"])
         draft.proposal.detail["skill"] = spec["name"]
         if current is not None:
@@ -174,15 +197,15 @@ class EvoSkillProposer:
     def _build_fields(self, header: str, plan: dict, k: int) -> dict:
         ask_desc = header + ("\nWrite the skill's description: ONE sentence starting with 'Use when' that says "
                              "when the agent should apply it.\nDescription:")
-        description = _first_line(self._call("builder", [Message("user", ask_desc)], k, 80))
+        description = _first_line((yield Call("builder", [Message("user", ask_desc)], k, 80)))
         ask_body = header + (f"\nDescription: {description}\nWrite the skill's body: 3 to 8 short numbered "
                              "steps, general (no task-specific answers).\n1.")
-        body = self._call("builder", [Message("user", ask_body)], k, 300).strip()
+        body = (yield Call("builder", [Message("user", ask_body)], k, 300)).strip()
         body = ("1. " + body) if body and not body.startswith("1") else body
         problem = _field_problem(description, body, self.options.max_body_chars)
         if problem:  # one repair attempt, naming the problem
             repair = header + f"\nYour previous answer was invalid: {problem}.\nWrite the numbered steps again.\n1."
-            body = "1. " + self._call("builder", [Message("user", repair)], k + 1, 300).strip()
+            body = "1. " + (yield Call("builder", [Message("user", repair)], k + 1, 300)).strip()
             if not description.lower().startswith("use when"):
                 description = f"Use when {plan['why'] or plan['idea']}".strip()[:300]
             problem = _field_problem(description, body, self.options.max_body_chars)
@@ -193,10 +216,10 @@ class EvoSkillProposer:
     def _build_json(self, header: str, k: int) -> dict:
         ask = header + ('\nAnswer with one JSON object: {"name": "...", "description": "Use when ...", '
                         '"body": "1. ...", "scripts": {"tool.py": "..."}} (scripts optional).')
-        text = self._call("builder", [Message("user", ask)], k)
+        text = yield Call("builder", [Message("user", ask)], k)
         spec, problem = _parse_json_spec(text)
         if problem:
-            text = self._call("builder", [Message("user", ask + f"\nYour previous answer was invalid: {problem}. "
+            text = yield Call("builder", [Message("user", ask + f"\nYour previous answer was invalid: {problem}. "
                                           "Answer with the JSON object only.")], k + 1)
             spec, problem = _parse_json_spec(text)
             if problem:
@@ -233,6 +256,16 @@ class EvoSkillProposer:
 
 class BuildError(Exception):
     pass
+
+
+@dataclass
+class Call:
+    """One model call a candidate's builder is waiting for (answered in a batch by ``_drive``)."""
+
+    role: str
+    messages: list
+    k: int
+    max_tokens: int | None = None
 
 
 # -- parsing, lenient where a small model needs it, strict where the file format needs it ------------

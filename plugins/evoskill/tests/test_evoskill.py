@@ -131,3 +131,35 @@ def test_surrogate_verifier_rejects_after_one_revision(tmp_path):
     verifier_prompts = [c for c in calls if c.rstrip().endswith("Assertions:")]
     assert verifier_prompts and all("Be quick" not in c and "Idea:" not in c for c in verifier_prompts)  # isolated
     assert summary["best"] == "seed"
+
+
+def test_agentic_mode_queries_the_store_and_reads_files_before_answering(tmp_path):
+    base = toybench.make_rule()
+    seen = []
+
+    def rule(req):
+        text = "\n".join(m.content for m in req.messages)
+        if "Investigate its failures with the tools" in text:
+            seen.append(req.messages[-1].content)
+            turn = sum(1 for m in req.messages if m.role == "assistant")
+            if turn == 0:
+                return "SQL SELECT task_id, score FROM episodes WHERE purpose = 'train' ORDER BY task_id"
+            if turn == 1:
+                return "READ prompt.md"
+            return "ACTION: create\nSKILL: shout-words\nWHY: lowercase answers\nIDEA: uppercase them"
+        return base(req)
+    plugins.load_local(Path(toybench.__file__))
+    roles = {r: RoleConfig(backend="scripted", options={"rule": rule}) for r in ("executor", "proposer", "builder", "judge")}
+    cfg = Config(benchmark="upper", benchmark_options={}, store=str(tmp_path / "store"), roles=roles,
+                 plugins={"evoskill": {"mode": "agentic"}}, loop={"iterations": 1, "candidates_per_iteration": 1})
+    store = Store(tmp_path / "store" / "evolver.duckdb")
+    run = Run(cfg, store, ProgramRepo(tmp_path / "store"))
+    try:
+        run_loop(run)
+        props = store.proposals(run.id)
+    finally:
+        run.close()
+        store.close()
+    assert "upper/train/0\t0.0" in seen[1]  # the SQL result came back to the proposer
+    assert "You are an agent playing" in seen[2]  # so did the file it read
+    assert props[0]["status"] == "admitted" and props[0]["detail"]["skill"] == "shout-words"
