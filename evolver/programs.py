@@ -161,7 +161,7 @@ class ProgramRepo:
             self._git("init", "--initial-branch=main")
             for key, value in (("user.name", "evolver"), ("user.email", "evolver@localhost"),
                                ("core.quotepath", "off"), ("commit.gpgsign", "false"),
-                               ("tag.gpgsign", "false"), ("notes.displayRef", SCORES_NOTES)):
+                               ("tag.gpgsign", "false")):
                 self._git("config", key, value)
             shutil.copytree(seed_dir, self.path, dirs_exist_ok=True,
                             ignore=shutil.ignore_patterns(".git", "__pycache__", "*.pyc"))
@@ -251,6 +251,8 @@ class ProgramRepo:
             if blocked:
                 self._git("notes", f"--ref={SCORES_NOTES}", "add", "-f", "-m",
                           tomli_w.dumps({"scores": merged}), sha)
+                # Shown by plain `git log` from now on (set only once the ref exists: git warns otherwise).
+                self._git("config", "notes.displayRef", SCORES_NOTES)
                 return sha
             new = self._amend_manifest(sha, {**manifest, "scores": merged})
             if self._git("rev-parse", own, check=False) == sha:
@@ -292,14 +294,18 @@ class ProgramRepo:
             self._git("worktree", "prune")
 
     def checkout(self, ref: str) -> Program:
-        """A detached worktree ``worktrees/_view-<id>`` at the program's commit, reused when already there."""
+        """A detached worktree ``worktrees/_view-<id>`` at the program's commit, reused when already there
+        and unmodified (a modified view is restored first)."""
         sha = self.resolve(ref)
         pid = self.manifest(sha).get("id") or sha[:12]
         path = self.worktrees_dir / f"_view-{pid}"
         with self._lock:
             registered = any(wt["path"] == path and not wt["prunable"] for wt in self._worktrees())
             if registered and path.is_dir():
-                if self._git("rev-parse", "HEAD", cwd=path) != sha:
+                # A view is shared by every reader of the program: if anything edited it in place
+                # (a proposer writing to its parent instead of its own worktree), restore it.
+                if (self._git("rev-parse", "HEAD", cwd=path) != sha
+                        or self._git("status", "--porcelain", "--untracked-files=all", cwd=path)):
                     self._git("checkout", "-q", "--force", "--detach", sha, cwd=path)
                     self._git("clean", "-q", "-fdx", cwd=path)
             else:

@@ -208,3 +208,19 @@ def test_bad_ids_and_missing_worktree(repo):
     repo.new_candidate("c9", "seed")
     with pytest.raises(ProgramRepoError, match="differs from candidate id"):
         repo.commit_candidate("c9", {"id": "c8"}, "x")
+
+
+def test_a_view_edited_in_place_is_restored_on_the_next_checkout(tmp_path):
+    from evolver.programs import ProgramRepo
+
+    seed = tmp_path / "seed"
+    (seed / "skills" / "a").mkdir(parents=True)
+    (seed / "skills" / "a" / "SKILL.md").write_text("---\nname: a\ndescription: d\n---\nbody\n")
+    (seed / "prompt.md").write_text("p")
+    repo = ProgramRepo(tmp_path / "ws")
+    repo.init(seed, {"id": "seed"})
+    view = Path(repo.checkout("seed").root)
+    (view / "skills" / "a" / "SKILL.md").unlink()
+    (view / "stray.txt").write_text("x")
+    view = Path(repo.checkout("seed").root)
+    assert (view / "skills" / "a" / "SKILL.md").exists() and not (view / "stray.txt").exists()

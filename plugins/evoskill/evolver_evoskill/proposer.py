@@ -182,7 +182,8 @@ class EvoSkillProposer:
         spec["name"] = plan["skill"] if current is not None else slug(spec.get("name") or plan["skill"])
         draft.proposal.detail["skill"] = spec["name"]
         if current is not None:
-            shutil.rmtree(current.path)
+            # ``current`` was read from the parent's checkout: delete the copy in THIS draft's worktree.
+            shutil.rmtree(skills_dir / current.name, ignore_errors=True)
             meta = dict(current.meta)
             meta["version"] = bump(str(meta.get("version", "0.1.0")))
         else:
@@ -320,6 +321,11 @@ def _field_problem(description: str, body: str, max_chars: int) -> str:
         return "the body has no numbered steps"
     if "---" in body[:10]:
         return "the body must not contain front matter"
+    lines = [ln.strip() for ln in body.splitlines() if ln.strip()]
+    if len(lines) >= 4 and len(set(lines)) <= len(lines) // 2:
+        return "the body repeats the same lines (degenerate output)"
+    if "3 to 8 short numbered steps" in body or "The proposal:" in body:
+        return "the body echoes the instructions instead of giving steps"
     return ""
 
 

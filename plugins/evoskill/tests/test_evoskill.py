@@ -163,3 +163,53 @@ def test_agentic_mode_queries_the_store_and_reads_files_before_answering(tmp_pat
     assert "upper/train/0\t0.0" in seen[1]  # the SQL result came back to the proposer
     assert "You are an agent playing" in seen[2]  # so did the file it read
     assert props[0]["status"] == "admitted" and props[0]["detail"]["skill"] == "shout-words"
+
+
+def test_degenerate_builder_output_is_invalid():
+    from evolver_evoskill.proposer import _field_problem
+
+    assert _field_problem("Use when cooking.", "1. Read the cookbook.\n2. Take each ingredient.", 1500) == ""
+    looping = "1. The body: steps.\n" + "The body: steps.\n" * 6
+    assert "repeats" in _field_problem("Use when cooking.", looping, 1500)
+    echo = "1. The proposal: Use when the agent should apply the skill to the task."
+    assert "echoes" in _field_problem("Use when cooking.", echo, 1500)
+    assert "no numbered steps" in _field_problem("Use when cooking.", "just words here and there", 1500)
+
+
+def test_an_edit_changes_its_own_worktree_never_the_parents_checkout(tmp_path):
+    from evolver.proposers import Draft, ProposeContext
+    from evolver.skills import write_skill
+    from evolver.types import Proposal
+    from evolver_evoskill.proposer import EvoSkillProposer
+
+    plugins.load_local(Path(toybench.__file__))
+    rule = toybench.make_rule(plan="ACTION: edit\nSKILL: shout-words\nWHY: too vague\nIDEA: say it louder")
+    roles = {r: RoleConfig(backend="scripted", options={"rule": rule}) for r in ("executor", "proposer", "builder", "judge")}
+    cfg = Config(benchmark="upper", benchmark_options={}, store=str(tmp_path / "store"), roles=roles, loop={"iterations": 0})
+    store = Store(tmp_path / "store" / "evolver.duckdb")
+    repo = ProgramRepo(tmp_path / "store")
+    run = Run(cfg, store, repo)
+    try:
+        run_loop(run)
+        path = repo.new_candidate("p0001", "seed")
+        write_skill(path / "skills", "shout-words", "Use when asked to answer with a word.", "1. Be loud.",
+                    meta={"version": "0.1.0"})
+        repo.commit_candidate("p0001", {"id": "p0001", "parent": "seed", "operator": "create"}, "create")
+        parent = repo.checkout("p0001")
+        made = []
+
+        def new_draft(operator, hypothesis="", parent_id=None, detail=None):
+            made.append(Draft("p0002", Proposal("evoskill", operator, "p0001", hypothesis, detail or {}, "p0002"),
+                              repo.new_candidate("p0002", "p0001")))
+            return made[-1]
+        ctx = ProposeContext(run=run, iteration=0, parent=parent, failures=[], successes=[], history=[],
+                             frontier=run.frontier, n=1, new_draft=new_draft)
+        EvoSkillProposer(run, merge=False).propose(ctx)
+        assert made[0].proposal.operator == "edit" and not made[0].rejected
+        edited = load_skills(made[0].path / "skills")[0]
+        assert edited.meta["version"] == "0.1.1" and "UPPERCASE" in edited.body
+        kept = load_skills(Path(parent.root) / "skills")
+        assert [s.body.strip() for s in kept] == ["1. Be loud."]  # the parent's checkout is untouched
+    finally:
+        run.close()
+        store.close()
