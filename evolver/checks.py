@@ -7,7 +7,6 @@ rejected proposal, so a broken candidate never crashes a run.
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 
 from evolver.skills import SkillCaps, check_skills

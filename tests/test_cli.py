@@ -1,5 +1,4 @@
 """The CLI end to end on the toy benchmark with scripted roles, including kill -9 and --resume."""
-import json
 import os
 import signal
 import subprocess

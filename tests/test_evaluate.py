@@ -68,7 +68,6 @@ def test_tools_read_skill_and_a_hanging_script_is_killed(tmp_path):
     import evolver.evaluate as ev
 
     real = ev.run_tool
-    ev_timeout = {}
 
     def quick_tool(ctx, action):  # the sandbox's timeout is 10 s in production; keep the test short
         from evolver import sandbox

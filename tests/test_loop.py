@@ -1,11 +1,6 @@
 """End to end through the core loop with scripted roles and a deterministic benchmark."""
-import subprocess
-import sys
-import textwrap
-import time
 from pathlib import Path
 
-import pytest
 
 from evolver import plugins
 from evolver.config import Config, RoleConfig

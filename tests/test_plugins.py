@@ -1,4 +1,3 @@
-import textwrap
 
 import pytest
 from click.testing import CliRunner

@@ -15,7 +15,8 @@ import pytest
 
 from evolver import store_schema
 from evolver.errors import EvolverError, StoreLockedError
-from evolver.store import Store, StoreLookupError, format_episode
+from evolver.store import Store, StoreLookupError
+from evolver.trace_format import format_episode
 from evolver.types import Episode, Evaluation, Step, Task
 
 REPO = Path(__file__).resolve().parents[1]

@@ -2,7 +2,6 @@
 import sys
 from pathlib import Path
 
-import pytest
 
 from evolver import plugins
 from evolver.config import Config, RoleConfig
