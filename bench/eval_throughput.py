@@ -38,30 +38,40 @@ def main() -> None:
     harness_file = Path(seed.root) / "harness" / "harness.py"
     original = harness_file.read_text()
     rows = []
-    for mode in ("choose", "generate"):
+    # Warm-up (JVMs, first forward passes) so that no row pays it.
+    run_episodes(run.context(seed), run.benchmark, backend, tasks[:2], max_live=2, use_cache=False)
+    plans = [("choose", "batched", len(tasks), "choose"), ("choose", "one at a time", 1, "choose"),
+             ("choose", "naive, one at a time", 1, "choose_naive"),
+             ("generate", "batched", len(tasks), "choose"), ("generate", "one at a time", 1, "choose")]
+    for mode, label, max_live, method in plans:
         harness_file.write_text(original.replace("CHOOSE_ACTIONS = True", f"CHOOSE_ACTIONS = {mode == 'choose'}"))
-        for label, max_live in (("batched", len(tasks)), ("one at a time", 1)):
-            seed.hash = stable_hash(mode, label, time.time())  # a fresh cache key: nothing is served from the store
-            start = time.perf_counter()
-            eps = run_episodes(run.context(seed), run.benchmark, backend, tasks, store=store, run=run,
-                               max_live=max_live, use_cache=False)
-            wall = time.perf_counter() - start
-            model = sum(e.model_s for e in eps)
-            steps = sum(len(e.steps) for e in eps)
-            rows.append((mode, label, len(eps), steps, wall, 60 * len(eps) / wall, 100 * (wall - model) / wall,
-                         sum(e.score for e in eps) / len(eps)))
+        seed.hash = stable_hash(mode, label, time.time())  # a fresh cache key: nothing is served from the store
+        # "naive": one full forward pass per option, as a user ranking actions by likelihood would write it.
+        backend.inner.choose = getattr(backend.inner.__class__, method).__get__(backend.inner)
+        if method == "choose_naive":
+            backend.inner._prefixes.clear()
+        start = time.perf_counter()
+        eps = run_episodes(run.context(seed), run.benchmark, backend, tasks, store=store, run=run,
+                           max_live=max_live, use_cache=False)
+        wall = time.perf_counter() - start
+        model = sum(e.model_s for e in eps)
+        steps = sum(len(e.steps) for e in eps)
+        rows.append((mode, label, len(eps), steps, wall, 60 * len(eps) / wall, 100 * (wall - model) / wall,
+                     sum(e.score for e in eps) / len(eps)))
     harness_file.write_text(original)
     run.close()
     store.close()
     shutil.rmtree(tmp, ignore_errors=True)
     print(f"twx-easy dev, {len(tasks)} episodes of at most {args.max_steps} steps, SmolLM2-135M bf16 on CPU")
-    print(f"{'actions':9} {'episodes played':16} {'episodes':>8} {'steps':>6} {'wall s':>7} {'ep/min':>7} "
+    print(f"{'actions':9} {'episodes played':22} {'episodes':>8} {'steps':>6} {'wall s':>7} {'ep/min':>7} "
           f"{'outside model %':>15} {'score':>6}")
     for r in rows:
-        print(f"{r[0]:9} {r[1]:16} {r[2]:8d} {r[3]:6d} {r[4]:7.1f} {r[5]:7.1f} {r[6]:15.1f} {r[7]:6.3f}")
+        print(f"{r[0]:9} {r[1]:22} {r[2]:8d} {r[3]:6d} {r[4]:7.1f} {r[5]:7.1f} {r[6]:15.1f} {r[7]:6.3f}")
+    by = {(r[0], r[1]): r for r in rows}
     for mode in ("choose", "generate"):
-        b, s = [r for r in rows if r[0] == mode]
+        b, s = by[(mode, "batched")], by[(mode, "one at a time")]
         print(f"{mode}: batched / one at a time = {b[5] / s[5]:.2f}x episodes per minute")
+    print(f"choose: batched / naive one at a time = {by[('choose', 'batched')][5] / by[('choose', 'naive, one at a time')][5]:.1f}x")
 
 
 if __name__ == "__main__":

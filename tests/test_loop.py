@@ -90,7 +90,10 @@ class Breaker:
         (Path(d2.path) / "harness" / "harness.py").write_text(
             GOOD.replace("def next_call(self, state, obs):", "def next_call(self, state, obs):\\n        raise RuntimeError('boom')"))
         d3 = ctx.new_draft("noop", "changes nothing")
-        return [d1, d2, d3]
+        d4 = ctx.new_draft("create", "a SKILL.md without front matter")
+        (Path(d4.path) / "skills" / "oops").mkdir()
+        (Path(d4.path) / "skills" / "oops" / "SKILL.md").write_text("just text, no front matter")
+        return [d1, d2, d3, d4]
 
 @hookimpl
 def register_proposers(register):
@@ -105,7 +108,7 @@ def test_broken_candidates_are_rejected_with_their_reasons_and_the_run_goes_on(t
     plugin.write_text(BROKEN_PROPOSER % str(SEED_DIR / "harness" / "harness.py"))
     plugins.load_local(plugin)
     plugins.load_local(TOY)
-    cfg = make_config(tmp_path, toybench.make_rule(), iterations=1, candidates_per_iteration=3)
+    cfg = make_config(tmp_path, toybench.make_rule(), iterations=3, candidates_per_iteration=4, patience=1)
     cfg.proposers = ["breaker"]
     store = Store(Path(cfg.store) / "evolver.duckdb")
     run = Run(cfg, store, ProgramRepo(Path(cfg.store)))
@@ -118,7 +121,11 @@ def test_broken_candidates_are_rejected_with_their_reasons_and_the_run_goes_on(t
         assert "smoke episode failed" in reasons["a harness that crashes while playing"][1]
         assert "boom" in reasons["a harness that crashes while playing"][1]
         assert reasons["changes nothing"] == ("rejected", "no change from its parent")
+        status, reason = reasons["a SKILL.md without front matter"]
+        assert status == "rejected" and reason.startswith("malformed skill") and "oops/SKILL.md" in reason
         assert summary["best"] == "seed"
+        # patience 1: the first iteration admitted nothing, so no second one started
+        assert [i["iteration"] for i in store.iterations(run.id)] == [0]
     finally:
         run.close()
         store.close()
