@@ -102,3 +102,15 @@ def test_broken_plugin_via_cli_is_a_clean_error(tmp_path):
     result = CliRunner().invoke(cli, ["--plugin", str(path), "plugins"])
     assert result.exit_code == 2
     assert "broken.py failed to import" in result.output and "boom" in result.output
+
+
+def test_every_hook_is_documented_with_its_exact_signature():
+    import inspect
+    from pathlib import Path
+
+    from evolver import hookspecs
+
+    doc = (Path(__file__).parents[1] / "docs" / "plugins.md").read_text()
+    for name, fn in inspect.getmembers(hookspecs, inspect.isfunction):
+        if hasattr(fn, "evolver_spec"):
+            assert f"### `{name}{inspect.signature(fn)}`" in doc, f"docs/plugins.md lacks the hook {name}"
