@@ -93,14 +93,14 @@ def run_loop(run: Run) -> dict:
     proposers = {name: plugins.make("proposer", name, run=run, **run.config.plugins.get(name, {}))
                  for name in run.config.proposers}
 
+    for row in run.store.proposals(run.id):
+        if row["status"] == "proposed":  # built by an iteration that was killed: it will be redone
+            run.store.update_proposal(row["proposal_id"], "abandoned", "the run was stopped before its evaluation")
     start = run.store.last_finished_iteration(run.id) + 1
     if start > 0:
         last = next(r for r in run.store.iterations(run.id) if r["iteration"] == start - 1)
         run.frontier = Frontier.from_dict(last["summary"]["frontier"])
         run.log(f"resuming run {run.id} at iteration {start}")
-    for row in run.store.proposals(run.id):
-        if row["status"] == "proposed":  # built by an iteration that was killed: it will be redone
-            run.store.update_proposal(row["proposal_id"], "abandoned", "the run was stopped before its evaluation")
     else:
         ev = evaluate_programs(run, [seed], data["dev"], "dev", -1)[0]
         run.frontier.consider(SEED_ID, ev.metrics(), -1)

@@ -129,3 +129,30 @@ def test_broken_candidates_are_rejected_with_their_reasons_and_the_run_goes_on(t
     finally:
         run.close()
         store.close()
+
+
+def test_resume_restores_the_frontier_and_does_not_replay_the_seed(tmp_path):
+    import toybench
+    plugins.load_local(TOY)
+    cfg = make_config(tmp_path, toybench.make_rule(), iterations=1, objectives=["score:max"])
+    store = Store(Path(cfg.store) / "evolver.duckdb")
+    repo = ProgramRepo(Path(cfg.store))
+    run = Run(cfg, store, repo)
+    try:
+        run_loop(run)
+        assert run.frontier.ids() == ["p0001"]  # one objective: the seed was evicted
+        episodes_before = len(store.episodes(run_id=run.id))
+        cfg2 = cfg.model_copy(update={"loop": cfg.loop.model_copy(update={"iterations": 2})})
+        again = Run(cfg2, store, repo, run_id=run.id, resumed=True)
+        summary = run_loop(again)
+        events = [e["event"] for e in store.frontier_events(run.id)]
+        assert events.count("seed") == 1 and again.frontier.ids() == ["p0001"]
+        assert summary["best"] == "p0001"
+        # iteration 1 found no failures (p0001 wins every training task): nothing new was played
+        # except its rollouts, and nothing was stored twice
+        _, dup = store.query("SELECT cache_key, purpose FROM episodes WHERE run_id = ? GROUP BY 1, 2 "
+                             "HAVING count(*) > 1", [run.id])
+        assert dup == [] and len(store.episodes(run_id=run.id)) >= episodes_before
+    finally:
+        run.close()
+        store.close()
