@@ -38,11 +38,12 @@ def main() -> None:
     harness_file = Path(seed.root) / "harness" / "harness.py"
     original = harness_file.read_text()
     rows = []
-    # Warm-up (JVMs, first forward passes) so that no row pays it.
-    run_episodes(run.context(seed), run.benchmark, backend, tasks[:2], max_live=2, use_cache=False)
-    plans = [("choose", "batched", len(tasks), "choose"), ("choose", "one at a time", 1, "choose"),
-             ("choose", "naive, one at a time", 1, "choose_naive"),
-             ("generate", "batched", len(tasks), "choose"), ("generate", "one at a time", 1, "choose")]
+    fast = [("choose", "batched", len(tasks), "choose"), ("choose", "one at a time", 1, "choose"),
+            ("generate", "batched", len(tasks), "choose"), ("generate", "one at a time", 1, "choose")]
+    # Two passes over the fast rows, keeping each row's best: the first runs after start-up are slow
+    # (kernel selection for new shapes), and a single pass measured mostly the order of the rows.
+    # The naive row (one full forward pass per option) runs once: it is 25x slower anyway.
+    plans = fast + fast + [("choose", "naive, one at a time", 1, "choose_naive")]
     for mode, label, max_live, method in plans:
         harness_file.write_text(original.replace("CHOOSE_ACTIONS = True", f"CHOOSE_ACTIONS = {mode == 'choose'}"))
         seed.hash = stable_hash(mode, label, time.time())  # a fresh cache key: nothing is served from the store
@@ -58,6 +59,11 @@ def main() -> None:
         steps = sum(len(e.steps) for e in eps)
         rows.append((mode, label, len(eps), steps, wall, 60 * len(eps) / wall, 100 * (wall - model) / wall,
                      sum(e.score for e in eps) / len(eps)))
+    best: dict = {}
+    for r in rows:  # keep the faster of the two passes
+        if (r[0], r[1]) not in best or r[4] < best[(r[0], r[1])][4]:
+            best[(r[0], r[1])] = r
+    rows = list(best.values())
     harness_file.write_text(original)
     run.close()
     store.close()

@@ -293,6 +293,7 @@ def _evaluate_and_select(run: Run, it: int, candidates: list[Candidate], data: d
         metrics = ev.metrics()
         cand.scores = metrics
         hook.on_candidate(run=run, candidate=cand, outcome="evaluated")
+        before = {m.program_id: m.metrics for m in run.frontier.members}
         decision = run.frontier.consider(cand.id, metrics, it)
         commit = run.repo.record_scores(cand.id, {f"dev_{k}": v for k, v in metrics.items()})
         run.store.update_program_commit(cand.id, commit, run.repo.manifest(cand.id))
@@ -301,8 +302,7 @@ def _evaluate_and_select(run: Run, it: int, candidates: list[Candidate], data: d
             cand.status = "admitted"
             run.store.add_frontier_event(run.id, it, cand.id, "admit", metrics, decision.reason)
             for gone in decision.evicted:
-                gone_metrics = next((e.metrics() for e in evals if e.program_id == gone), {})
-                run.store.add_frontier_event(run.id, it, gone, "evict", gone_metrics, f"displaced by {cand.id}")
+                run.store.add_frontier_event(run.id, it, gone, "evict", before.get(gone, {}), f"displaced by {cand.id}")
             run.store.update_proposal(cand.id, "admitted", decision.reason, metrics)
             run.log(f"{cand.id} admitted: dev score {ev.score:.3f}, {ev.context_tokens:.0f} context tokens")
             hook.on_candidate(run=run, candidate=cand, outcome="admitted")

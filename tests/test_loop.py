@@ -141,6 +141,8 @@ def test_resume_restores_the_frontier_and_does_not_replay_the_seed(tmp_path):
     try:
         run_loop(run)
         assert run.frontier.ids() == ["p0001"]  # one objective: the seed was evicted
+        evict = [e for e in store.frontier_events(run.id) if e["event"] == "evict"]
+        assert [(e["program_id"], e["metrics"]["score"], e["reason"]) for e in evict] == [("seed", 0.0, "displaced by p0001")]
         episodes_before = len(store.episodes(run_id=run.id))
         cfg2 = cfg.model_copy(update={"loop": cfg.loop.model_copy(update={"iterations": 2})})
         again = Run(cfg2, store, repo, run_id=run.id, resumed=True)
@@ -156,3 +158,15 @@ def test_resume_restores_the_frontier_and_does_not_replay_the_seed(tmp_path):
     finally:
         run.close()
         store.close()
+
+
+def test_budgets_stop_the_search(tmp_path):
+    from evolver.loop import _budget_exhausted
+
+    cfg = make_config(tmp_path, lambda req: "", max_wall_s=100, max_proposer_tokens=50, patience=2)
+    run = Run(cfg, store=None, repo=None)
+    assert _budget_exhausted(run, idle=0, typical_iteration_s=10) == ""
+    assert "patience 2" in _budget_exhausted(run, idle=2, typical_iteration_s=10)
+    assert "wall-time budget" in _budget_exhausted(run, idle=0, typical_iteration_s=150)  # would end past it
+    run.tokens.update(proposer=30, builder=25, executor=10_000)  # executor tokens do not count
+    assert "proposer token budget" in _budget_exhausted(run, idle=0, typical_iteration_s=10)
