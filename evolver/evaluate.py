@@ -10,8 +10,11 @@ all, the benchmark engine died) raise.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import signal
+import threading
 import time
 import traceback
 from dataclasses import asdict
@@ -86,6 +89,34 @@ def evaluate_many(jobs: list[tuple[ProgramContext, list[Task]]], benchmark, back
     return [[results[(j, i)] for i in range(len(tasks))] for j, (_, tasks) in enumerate(jobs)]
 
 
+HARNESS_CALL_S = 10.0  # one harness call (not the model's): far above what any sane harness needs
+
+
+class HarnessTimeout(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def harness_deadline(seconds: float | None = None):
+    """Interrupt a harness call that runs too long (an evolved harness with an endless loop), so it
+    fails its episode instead of hanging the run. SIGALRM reaches Python code between bytecodes in
+    the main thread; elsewhere (or on a platform without it) the call runs unguarded."""
+    seconds = seconds or HARNESS_CALL_S
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        yield
+        return
+
+    def expire(signum, frame):
+        raise HarnessTimeout(f"a harness call ran longer than {seconds:.0f}s")
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def _try_harness(ctx: ProgramContext):
     """A harness that fails to build fails its program's episodes, not the whole evaluation."""
     try:
@@ -110,7 +141,8 @@ def _play_wave(live: list[_Live], benchmark, backend, on_round: Callable[[int], 
         try:
             lv.env = benchmark.env(lv.episode.task)
             lv.obs = lv.env.reset()
-            lv.state = lv.harness.start(lv.episode.task, lv.obs)
+            with harness_deadline():
+                lv.state = lv.harness.start(lv.episode.task, lv.obs)
         except BenchmarkError:
             raise
         except Exception as exc:
@@ -156,7 +188,8 @@ def _ask(lv: _Live) -> None:
     if lv.obs.done or len([s for s in lv.episode.steps if not s.tool_calls]) >= lv.max_steps:
         return _finish(lv)
     try:
-        lv.request = lv.harness.next_call(lv.state, lv.obs)
+        with harness_deadline():
+            lv.request = lv.harness.next_call(lv.state, lv.obs)
     except Exception as exc:
         _fail(lv.episode, f"harness.next_call raised {exc!r}", traceback.format_exc())
         return _finish(lv)
@@ -172,7 +205,8 @@ def _act(lv: _Live, answer, latency: float) -> None:
                 latency_s=latency, error=answer.error)
     ep.steps.append(step)
     try:
-        action: Action = lv.harness.parse(lv.state, lv.obs, request, answer)
+        with harness_deadline():
+            action: Action = lv.harness.parse(lv.state, lv.obs, request, answer)
     except Exception as exc:
         step.error = f"harness.parse raised {exc!r}"
         action = Action(env_action="", output=getattr(answer, "text", ""))
@@ -190,7 +224,8 @@ def _act(lv: _Live, answer, latency: float) -> None:
             step.observation = lv.obs.text
             step.reward = lv.obs.score
             ep.prediction = step.action
-        lv.harness.observe(lv.state, action, step.observation)
+        with harness_deadline():
+            lv.harness.observe(lv.state, action, step.observation)
     except BenchmarkError:
         raise
     except Exception as exc:

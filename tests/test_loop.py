@@ -90,10 +90,13 @@ class Breaker:
         (Path(d2.path) / "harness" / "harness.py").write_text(
             GOOD.replace("def next_call(self, state, obs):", "def next_call(self, state, obs):\\n        raise RuntimeError('boom')"))
         d3 = ctx.new_draft("noop", "changes nothing")
+        d5 = ctx.new_draft("harness", "a harness that never returns")
+        (Path(d5.path) / "harness" / "harness.py").write_text(
+            GOOD.replace("def next_call(self, state, obs):", "def next_call(self, state, obs):\\n        while True:\\n            pass"))
         d4 = ctx.new_draft("create", "a SKILL.md without front matter")
         (Path(d4.path) / "skills" / "oops").mkdir()
         (Path(d4.path) / "skills" / "oops" / "SKILL.md").write_text("just text, no front matter")
-        return [d1, d2, d3, d4]
+        return [d1, d2, d3, d4, d5]
 
 @hookimpl
 def register_proposers(register):
@@ -101,14 +104,16 @@ def register_proposers(register):
 '''
 
 
-def test_broken_candidates_are_rejected_with_their_reasons_and_the_run_goes_on(tmp_path):
+def test_broken_candidates_are_rejected_with_their_reasons_and_the_run_goes_on(tmp_path, monkeypatch):
     import toybench
     from evolver.harness import SEED_DIR
+    import evolver.evaluate
+    monkeypatch.setattr(evolver.evaluate, "HARNESS_CALL_S", 1.0)  # keep the hanging candidate's test short
     plugin = tmp_path / "breaker.py"
     plugin.write_text(BROKEN_PROPOSER % str(SEED_DIR / "harness" / "harness.py"))
     plugins.load_local(plugin)
     plugins.load_local(TOY)
-    cfg = make_config(tmp_path, toybench.make_rule(), iterations=3, candidates_per_iteration=4, patience=1)
+    cfg = make_config(tmp_path, toybench.make_rule(), iterations=3, candidates_per_iteration=5, patience=1)
     cfg.proposers = ["breaker"]
     store = Store(Path(cfg.store) / "evolver.duckdb")
     run = Run(cfg, store, ProgramRepo(Path(cfg.store)))
@@ -121,6 +126,8 @@ def test_broken_candidates_are_rejected_with_their_reasons_and_the_run_goes_on(t
         assert "smoke episode failed" in reasons["a harness that crashes while playing"][1]
         assert "boom" in reasons["a harness that crashes while playing"][1]
         assert reasons["changes nothing"] == ("rejected", "no change from its parent")
+        status, reason = reasons["a harness that never returns"]
+        assert status == "rejected" and "longer than 1s" in reason
         status, reason = reasons["a SKILL.md without front matter"]
         assert status == "rejected" and reason.startswith("malformed skill") and "oops/SKILL.md" in reason
         assert summary["best"] == "seed"
