@@ -12,20 +12,22 @@ Contract for implementations:
 """
 from __future__ import annotations
 
+import abc
 import difflib
 
 from evolver.types import ChoiceRequest, ChoiceResult, GenRequest, GenResult, Message
 
 
-class Backend:
+class Backend(abc.ABC):
     name: str = "base"
     #: A string that identifies the weights (e.g. "smollm2-135m-instruct@<hash>"): part of cache keys.
     model: str = ""
     #: True when ``choose`` scores options by log-likelihood rather than generating.
     scores_options: bool = False
 
+    @abc.abstractmethod
     def generate(self, requests: list[GenRequest]) -> list[GenResult]:
-        raise NotImplementedError
+        """Answer every request, in order (see the module docstring for the contract)."""
 
     def choose(self, requests: list[ChoiceRequest]) -> list[ChoiceResult]:
         """Default: generate a reply, pick the option closest to it (difflib ratio)."""

@@ -11,34 +11,40 @@ Contract:
 """
 from __future__ import annotations
 
+import abc
+
 from evolver.types import Observation, Task
 
 SPLITS = ("train", "dev", "test")
 
 
-class Env:
+class Env(abc.ABC):
+    @abc.abstractmethod
     def reset(self) -> Observation:
-        raise NotImplementedError
+        """Start the episode; the first observation."""
 
+    @abc.abstractmethod
     def step(self, action: str) -> Observation:
-        raise NotImplementedError
+        """Apply one action; never raises for a bad action (see the module docstring)."""
 
     def close(self) -> None:
         pass
 
 
-class Benchmark:
+class Benchmark(abc.ABC):
     name: str = "base"
     #: Task categories; training batches are sampled across them.
     categories: list[str] = []
     #: Step limit per episode (the harness may stop earlier).
     max_steps: int = 1
 
+    @abc.abstractmethod
     def tasks(self, split: str, per_category: int | None = None) -> list[Task]:
-        raise NotImplementedError
+        """The split's tasks, deterministic; ``per_category`` caps each category."""
 
+    @abc.abstractmethod
     def env(self, task: Task) -> Env:
-        raise NotImplementedError
+        """A fresh environment for one episode of ``task``."""
 
     def close(self) -> None:
         pass
