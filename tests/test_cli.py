@@ -111,7 +111,7 @@ def test_kill_9_then_resume_loses_nothing_and_counts_nothing_twice(tmp_path):
         cols, rows = store.query("SELECT cache_key, purpose, count(*) FROM episodes WHERE run_id = ? "
                                  "GROUP BY 1, 2 HAVING count(*) > 1", [run["run_id"]])
         assert rows == []  # no episode stored twice
-        played = {p.name.split("-", 1)[1] for p in marks.iterdir()}
+        played = {p.name.rsplit("-", 1)[1] for p in marks.iterdir()}
         stored = {e.id for e in store.episodes(run_id=run["run_id"])}
         assert played <= stored  # every episode played before the kill is in the store
         its = store.iterations(run["run_id"])
@@ -132,3 +132,30 @@ def test_eval_compares_skill_conditions_with_normalised_gain(tmp_path):
     assert rows["self"][1] == "1.000" and rows["self"][4] == "+1.000"
     r = invoke(args + ["eval", "--skills", "some"])
     assert r.exit_code == 2 and "choose from none, evolved, self" in r.output
+
+
+def test_kill_9_after_an_admission_resumes_from_the_same_frontier(tmp_path):
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    args = base_args(tmp_path) + ["--set=roles.executor.options={delay = 0.05}", "--set=loop.train_per_category=2",
+                                  "--set=loop.candidates_per_iteration=1", "--set=loop.patience=9"]
+    env = dict(os.environ, TOY_MARK_DIR=str(marks))
+    proc = subprocess.Popen([sys.executable, "-m", "evolver.cli", *args, "run", "--iterations", "4"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.time() + 60
+    # Rollouts of p0001 start only after iteration 0 admitted it and finished: kill during iteration 1.
+    while time.time() < deadline and not list(marks.glob("train-p0001-*")) and proc.poll() is None:
+        time.sleep(0.01)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert list(marks.glob("train-p0001-*")), proc.stdout.read().decode()[-2000:]
+    r = CliRunner().invoke(cli, base_args(tmp_path) + ["run", "--resume"], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    from evolver.store import Store
+    with Store(tmp_path / "store" / "evolver.duckdb") as store:
+        run = store.latest_run()
+        its = store.iterations(run["run_id"])
+        assert its[0]["summary"]["admitted"] == ["p0001"]  # iteration 0 was not redone
+        assert all("p0001" in i["frontier"] for i in its if i["status"] == "finished")
+        assert [p["proposal_id"] for p in store.proposals(run["run_id"]) if p["iteration"] == 0] == ["p0001"]
+        assert run["summary"]["best"] == "p0001" and len(its) == 4

@@ -96,4 +96,4 @@ def on_episode_end(run, episode):
 
     marks = os.environ.get("TOY_MARK_DIR")
     if marks and not episode.cached:
-        Path(marks, f"{episode.purpose}-{episode.id}").write_text(episode.task.id)
+        Path(marks, f"{episode.purpose}-{episode.program_id}-{episode.id}").write_text(episode.task.id)
