@@ -321,6 +321,7 @@ train_per_category = 1
 dev_per_category = 2
 test_per_category = 2
 failure_threshold = 0.8
+staged = true              # probe one dev task per category before the whole dev split
 candidates_per_iteration = 2
 frontier_capacity = 3
 objectives = ["score:max", "context_tokens:min", "cost:min"]

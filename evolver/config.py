@@ -45,6 +45,9 @@ class LoopConfig(Strict):
     """Held-out test split per category, used only for the final report."""
     failure_threshold: float = 0.8
     """tau: episodes scoring below it are failures (EvoSkill uses 0.8 on a 0..1 score)."""
+    staged: bool = True
+    """Staged evaluation: candidates play one dev task per category first; one clearly worse than its
+    parent there (by more than one task's worth) is not played on the rest of dev."""
     candidates_per_iteration: int = 2
     """How many candidates the proposers build per iteration (evaluated side by side)."""
     frontier_capacity: int = 3

@@ -1,7 +1,8 @@
 """The core loop, one iteration top to bottom:
 
 parent (from the frontier) -> rollouts on a training batch -> failures -> proposals (each in its own
-worktree) -> cheap checks -> evaluation on dev, all candidates in one batched lockstep, cache first
+worktree) -> cheap checks -> staged evaluation on dev (a probe of one task per category, then the
+whole split for candidates not clearly worse), all candidates in one batched lockstep, cache first
 -> frontier admits or rejects, tags move -> events to plugins.
 
 At the end the baseline (seed) and every frontier member are evaluated on the held-out test split,
@@ -281,10 +282,56 @@ def _check(run: Run, it: int, parent: Program, drafts: list[Draft], data: dict) 
     return survivors
 
 
+def probe_tasks(dev: list) -> list:
+    """Stage one of the evaluation: the first dev task of each category."""
+    first: dict[str, object] = {}
+    for t in dev:
+        first.setdefault(t.category, t)
+    return list(first.values())
+
+
+def _probe(run: Run, it: int, candidates: list[Candidate], data: dict) -> list[Candidate]:
+    """Staged evaluation: every candidate first plays the probe (one dev task per category, all
+    candidates in one batch); one that is clearly worse than its parent there stops, the others go on
+    to the full dev split, where the probe's episodes are reused from the cache.
+
+    Early rejection rule: ``probe score < parent's probe score - 1 / len(probe)``, i.e. the candidate
+    lost more than one whole task's worth of score against its parent on the same tasks.
+    """
+    probe = probe_tasks(data["dev"])
+    if len(probe) >= len(data["dev"]):
+        return candidates  # the probe would be the whole split: nothing to save
+    run.status = f"iteration {it}: probing {len(candidates)} candidates"
+    parents = {c.proposal.parent_id for c in candidates}
+    programs = [c.program for c in candidates] + [run.repo.checkout(p) for p in sorted(parents)]  # type: ignore
+    jobs = [(run.context(p), probe) for p in programs]
+    results = evaluate_many(jobs, run.benchmark, run.backend("executor"), seed=run.config.loop.episode_seed,
+                            purpose="eval", store=run.store, run=run, progress=_progress(run, "probe"))
+    score = {p.id: summarize(p.id, "dev", eps).score for p, eps in zip(programs, results)}
+    kept = []
+    for cand in candidates:
+        parent_score = score[cand.proposal.parent_id]
+        if score[cand.id] < parent_score - 1.0 / len(probe):
+            reason = (f"stopped after the probe: {score[cand.id]:.3f} vs its parent's {parent_score:.3f} "
+                      f"on {len(probe)} dev tasks")
+            run.store.update_proposal(cand.id, "discarded", reason, {"probe_score": score[cand.id]})
+            run.store.add_frontier_event(run.id, it, cand.id, "reject", {"probe_score": score[cand.id]}, reason)
+            plugins.hook().on_candidate(run=run, candidate=cand, outcome="discarded")
+            run.log(f"{cand.id} {reason}")
+            run.repo.remove_worktree(cand.id)
+        else:
+            kept.append(cand)
+    return kept
+
+
 def _evaluate_and_select(run: Run, it: int, candidates: list[Candidate], data: dict) -> list[str]:
     if not candidates:
         return []
     hook = plugins.hook()
+    if run.config.loop.staged:
+        candidates = _probe(run, it, candidates, data)
+        if not candidates:
+            return []
     run.status = f"iteration {it}: evaluating {len(candidates)} candidates on dev"
     programs = [c.program for c in candidates]  # type: ignore[attr-defined]
     evals = evaluate_programs(run, programs, data["dev"], "dev", it)

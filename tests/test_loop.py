@@ -177,3 +177,56 @@ def test_budgets_stop_the_search(tmp_path):
     assert "wall-time budget" in _budget_exhausted(run, idle=0, typical_iteration_s=150)  # would end past it
     run.tokens.update(proposer=30, builder=25, executor=10_000)  # executor tokens do not count
     assert "proposer token budget" in _budget_exhausted(run, idle=0, typical_iteration_s=10)
+
+
+WORSENER = '''
+import shutil
+from pathlib import Path
+from evolver.hookspecs import hookimpl
+from evolver.skills import write_skill
+
+class Worsener:
+    """Iteration 0: adds the skill that solves the toy benchmark. Later: swaps it for a useless one."""
+    def __init__(self, run, **_):
+        pass
+
+    def propose(self, ctx):
+        d = ctx.new_draft("create", "toggle")
+        skills = Path(d.path) / "skills"
+        had = (skills / "shout-words").exists()
+        shutil.rmtree(skills / "shout-words", ignore_errors=True)
+        body = "Be brief." if had else "Answer with the word in UPPERCASE letters."
+        write_skill(skills, "brief" if had else "shout-words", "Use when asked to answer with a word.", body)
+        return [d]
+
+@hookimpl
+def register_proposers(register):
+    register("worsener", Worsener)
+'''
+
+
+def test_staged_evaluation_stops_a_clearly_worse_candidate_after_the_probe(tmp_path):
+    import toybench
+    plugin = tmp_path / "worsener.py"
+    plugin.write_text(WORSENER)
+    plugins.load_local(plugin)
+    plugins.load_local(TOY)
+    # Threshold above 1: every episode counts as a failure, so the proposer runs on the winner too.
+    cfg = make_config(tmp_path, toybench.make_rule(), iterations=2, failure_threshold=1.01, patience=5,
+                      objectives=["score:max"])
+    cfg.proposers = ["worsener"]
+    store = Store(Path(cfg.store) / "evolver.duckdb")
+    run = Run(cfg, store, ProgramRepo(Path(cfg.store)))
+    try:
+        summary = run_loop(run)
+        first, second = store.proposals(run.id)
+        assert first["status"] == "admitted"
+        assert second["status"] == "discarded" and second["reason"].startswith("stopped after the probe: 0.000")
+        # it played the probe (one dev task per category) and nothing more
+        assert len(store.episodes(program_id=second["candidate_id"], purpose="eval")) == 2
+        # the admitted one played the whole dev split (4 tasks) without replaying its probe
+        assert len(store.episodes(program_id=first["candidate_id"], split="dev")) == 4
+        assert summary["best"] == first["candidate_id"]
+    finally:
+        run.close()
+        store.close()
