@@ -54,6 +54,9 @@ class LoopConfig(Strict):
     """k: frontier members kept; the tie-break is documented in evolver/frontier.py."""
     objectives: list[str] = Field(default_factory=lambda: ["score:max", "context_tokens:min", "cost:min"])
     """Pareto objectives as metric:max|min over score, success, context_tokens, cost."""
+    score_margin: float | None = None
+    """Noise margin on the dev score: a candidate must beat a frontier member by more than this on some
+    objective to enter. None: one task's worth (1 / number of dev tasks); 0 turns it off."""
     selector: str = "round-robin"
     """Parent selection: round-robin, best, random, ucb (or a plugin's)."""
     patience: int = 3

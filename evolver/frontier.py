@@ -89,8 +89,14 @@ class Frontier:
     def best(self) -> Member:
         return max(self.members, key=self._rank_key)
 
-    def consider(self, program_id: str, metrics: dict[str, float], iteration: int = 0) -> Decision:
-        """Offer a candidate; returns whether it entered and whom it evicted (with reasons)."""
+    def consider(self, program_id: str, metrics: dict[str, float], iteration: int = 0,
+                 margins: dict[str, float] | None = None) -> Decision:
+        """Offer a candidate; returns whether it entered and whom it evicted (with reasons).
+
+        ``margins`` (per metric) is the noise a candidate must beat: a member that is no worse than
+        the candidate by more than the margin on every objective keeps it out ("within the noise
+        margin"). Evictions still need strict dominance, so noise never removes a member either.
+        """
         missing = [o.metric for o in self.objectives if o.metric not in metrics]
         if missing:
             raise ValueError(f"candidate {program_id} lacks objective values {missing}")
@@ -98,6 +104,11 @@ class Frontier:
             if dominates(m.metrics, metrics, self.objectives) or _equal(m.metrics, metrics, self.objectives):
                 return Decision(False, reason=f"dominated by {m.program_id}"
                                 if dominates(m.metrics, metrics, self.objectives) else f"ties {m.program_id}")
+        for m in self.members:
+            if margins and _within_margin(m.metrics, metrics, self.objectives, margins):
+                gains = ", ".join(f"{o.metric} {metrics[o.metric] - m.metrics[o.metric]:+.3f}"
+                                  for o in self.objectives if margins.get(o.metric))
+                return Decision(False, reason=f"within the noise margin of {m.program_id} ({gains})")
         new = Member(program_id, dict(metrics), iteration, self._counter + 1)
         dominated = [m for m in self.members if dominates(metrics, m.metrics, self.objectives)]
         kept = [m for m in self.members if m not in dominated] + [new]
@@ -124,6 +135,15 @@ class Frontier:
         f._counter = data.get("counter", 0)
         f.members = [Member(**m) for m in data["members"]]
         return f
+
+
+def _within_margin(member: dict, cand: dict, objectives: list[Objective], margins: dict) -> bool:
+    """The candidate is better than the member by at most the margin on every objective."""
+    for o in objectives:
+        gain = cand[o.metric] - member[o.metric] if o.goal == "max" else member[o.metric] - cand[o.metric]
+        if gain > margins.get(o.metric, 0.0) + 1e-12:
+            return False
+    return True
 
 
 def _equal(a: dict, b: dict, objectives: list[Objective]) -> bool:

@@ -341,7 +341,9 @@ def _evaluate_and_select(run: Run, it: int, candidates: list[Candidate], data: d
         cand.scores = metrics
         hook.on_candidate(run=run, candidate=cand, outcome="evaluated")
         before = {m.program_id: m.metrics for m in run.frontier.members}
-        decision = run.frontier.consider(cand.id, metrics, it)
+        margin = run.config.loop.score_margin
+        margin = 1.0 / max(1, len(data["dev"])) if margin is None else margin
+        decision = run.frontier.consider(cand.id, metrics, it, margins={"score": margin, "success": margin})
         commit = run.repo.record_scores(cand.id, {f"dev_{k}": v for k, v in metrics.items()})
         run.store.update_program_commit(cand.id, commit, run.repo.manifest(cand.id))
         if decision.admitted:

@@ -67,3 +67,13 @@ def test_objective_parse_errors():
         Objective.parse("score:up")
     with pytest.raises(ValueError, match="lacks objective"):
         Frontier(OBJ).consider("x", {"score": 1.0})
+
+
+def test_noise_margin_keeps_out_a_one_task_gain_but_not_a_real_one():
+    f = Frontier(OBJ, capacity=5)
+    f.consider("seed", m(0.0, 100))
+    d = f.consider("lucky", m(0.083, 150), margins={"score": 1 / 12})
+    assert not d.admitted and "within the noise margin of seed (score +0.083" in d.reason
+    assert f.consider("better", m(0.25, 150), margins={"score": 1 / 12}).admitted
+    # fewer tokens is a gain the score margin does not cover
+    assert f.consider("leaner", m(0.0, 90), margins={"score": 1 / 12}).admitted
