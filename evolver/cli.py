@@ -325,6 +325,7 @@ staged = true              # probe one dev task per category before the whole de
 candidates_per_iteration = 2
 frontier_capacity = 3
 objectives = ["score:max", "context_tokens:min", "cost:min"]
+# score_margin = 0.05      # noise a candidate must beat; default: one dev task's worth
 selector = "round-robin"
 patience = 3
 max_wall_s = 600
