@@ -87,20 +87,26 @@ def test_second_process_on_the_same_store_gets_a_clear_message(tmp_path):
         holder.wait()
 
 
-def test_kill_9_then_resume_loses_nothing_and_counts_nothing_twice(tmp_path):
+def run_then_kill(tmp_path, candidates: int, iterations: int, killed_when) -> tuple[Path, subprocess.Popen]:
+    """Start `evolver run` in a child process on the toy benchmark; SIGKILL it once ``killed_when(marks)``."""
     marks = tmp_path / "marks"
     marks.mkdir()
     args = base_args(tmp_path) + ["--set=roles.executor.options={delay = 0.05}", "--set=loop.train_per_category=2",
-                                  "--set=loop.candidates_per_iteration=2", "--set=loop.patience=9"]
+                                  f"--set=loop.candidates_per_iteration={candidates}", "--set=loop.patience=9"]
     env = dict(os.environ, TOY_MARK_DIR=str(marks))
-    cmd = [sys.executable, "-m", "evolver.cli", *args, "run", "--iterations", "3"]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen([sys.executable, "-m", "evolver.cli", *args, "run", "--iterations", str(iterations)],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     deadline = time.time() + 60
-    # 4 dev episodes of the seed, 4 training rollouts, then candidates: kill while they are being checked.
-    while time.time() < deadline and len(list(marks.iterdir())) < 9 and proc.poll() is None:
-        time.sleep(0.02)
+    while time.time() < deadline and not killed_when(marks) and proc.poll() is None:
+        time.sleep(0.01)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
+    return marks, proc
+
+
+def test_kill_9_then_resume_loses_nothing_and_counts_nothing_twice(tmp_path):
+    # 4 dev episodes of the seed, 4 training rollouts, then candidates: kill while they are being checked.
+    marks, proc = run_then_kill(tmp_path, 2, 3, lambda marks: len(list(marks.iterdir())) >= 9)
     assert len(list(marks.glob("train-*"))) == 4, proc.stdout.read().decode()[-2000:]
     r = CliRunner().invoke(cli, base_args(tmp_path) + ["run", "--resume"], catch_exceptions=False)
     assert r.exit_code == 0, r.output
@@ -135,19 +141,8 @@ def test_eval_compares_skill_conditions_with_normalised_gain(tmp_path):
 
 
 def test_kill_9_after_an_admission_resumes_from_the_same_frontier(tmp_path):
-    marks = tmp_path / "marks"
-    marks.mkdir()
-    args = base_args(tmp_path) + ["--set=roles.executor.options={delay = 0.05}", "--set=loop.train_per_category=2",
-                                  "--set=loop.candidates_per_iteration=1", "--set=loop.patience=9"]
-    env = dict(os.environ, TOY_MARK_DIR=str(marks))
-    proc = subprocess.Popen([sys.executable, "-m", "evolver.cli", *args, "run", "--iterations", "4"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    deadline = time.time() + 60
     # Rollouts of p0001 start only after iteration 0 admitted it and finished: kill during iteration 1.
-    while time.time() < deadline and not list(marks.glob("train-p0001-*")) and proc.poll() is None:
-        time.sleep(0.01)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
+    marks, proc = run_then_kill(tmp_path, 1, 4, lambda marks: bool(list(marks.glob("train-p0001-*"))))
     assert list(marks.glob("train-p0001-*")), proc.stdout.read().decode()[-2000:]
     r = CliRunner().invoke(cli, base_args(tmp_path) + ["run", "--resume"], catch_exceptions=False)
     assert r.exit_code == 0, r.output
