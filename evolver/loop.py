@@ -23,7 +23,6 @@ from evolver.checks import audit_leakage, check_harness_import, check_skill_file
 from evolver.evaluate import evaluate_many, run_episodes, sample_stratified, summarize
 from evolver.frontier import Frontier
 from evolver.harness import SEED_DIR
-from evolver.programs import content_hash
 from evolver.proposers import Draft, ProposeContext
 from evolver.run import Run
 from evolver.types import Candidate, Program, Proposal
@@ -258,8 +257,9 @@ def _check(run: Run, it: int, parent: Program, drafts: list[Draft], data: dict) 
         cand.program = program  # type: ignore[attr-defined]
         run.store.update_proposal(d.candidate_id, "proposed", detail=d.proposal.detail)  # as the proposer left it
         hook.on_candidate(run=run, candidate=cand, outcome="proposed")
-        parent_root = Path(run.repo.checkout(d.proposal.parent_id).root)
-        reason = ("no change from its parent" if program.hash == content_hash(parent_root) else
+        parent_program = run.repo.checkout(d.proposal.parent_id)
+        parent_root = Path(parent_program.root)
+        reason = ("no change from its parent" if program.hash == parent_program.hash else
                   check_skill_files(Path(d.path)) or check_harness_import(Path(d.path)) or
                   audit_leakage(Path(d.path), d.forbidden, d.forbidden_sequences, parent_root))
         if reason:

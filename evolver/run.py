@@ -28,14 +28,15 @@ class CountingBackend(Backend):
         self.name, self.model, self.scores_options = inner.name, inner.model, inner.scores_options
 
     def generate(self, requests: list[GenRequest]) -> list[GenResult]:
-        out = self.inner.generate(requests)
-        self.counter[self.role] = self.counter.get(self.role, 0) + sum(r.prompt_tokens + r.completion_tokens for r in out)
-        return out
+        return self._count(self.inner.generate(requests))
 
     def choose(self, requests):
-        out = self.inner.choose(requests)
-        self.counter[self.role] = self.counter.get(self.role, 0) + sum(r.prompt_tokens + r.completion_tokens for r in out)
-        return out
+        return self._count(self.inner.choose(requests))
+
+    def _count(self, results: list) -> list:
+        self.counter[self.role] = self.counter.get(self.role, 0) + sum(r.prompt_tokens + r.completion_tokens
+                                                                       for r in results)
+        return results
 
     def count_tokens(self, text: str) -> int:
         return self.inner.count_tokens(text)
@@ -90,8 +91,7 @@ class Run:
     def backend(self, role: str) -> Backend:
         """The backend for a role. Roles that name the same backend and model share one instance
         (one copy of the weights in memory)."""
-        rc = self.config.role(role)
-        key = (rc.backend, rc.model, tuple(sorted((k, repr(v)) for k, v in rc.options.items())))
+        rc, key = self.config.role(role), self._role_key(role)
         if key not in self._backends:
             self._backends[key] = plugins.make("backend", rc.backend, model=rc.model, **rc.options)
         return CountingBackend(self._backends[key], self.tokens, role)
