@@ -1,11 +1,13 @@
 """Cheap checks before a candidate spends evaluation: skill schema and caps, a harness import check
-in a sandboxed subprocess, a leakage audit, and one smoke episode (run by the loop).
+in a sandboxed subprocess, a leakage audit (literal task ids and gold answers), an audit of harness code
+that recognises particular tasks, and one smoke episode (run by the loop, its harness sandboxed too).
 
 Each check returns a reason string ('' when the candidate passes); the loop logs the reason with the
 rejected proposal, so a broken candidate never crashes a run.
 """
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -81,4 +83,59 @@ def audit_leakage(root: Path, forbidden: list[str], sequences: list[list[str]], 
             pattern = re.escape(a) + r"[\s\S]{0,300}?" + re.escape(b) + r"[\s\S]{0,300}?" + re.escape(c)
             if re.search(pattern, text) and not re.search(pattern, before):
                 return f"leaks a gold action sequence: {a!r} -> {b!r} -> {c!r}"
+    return ""
+
+
+def _task_specific_code(source: str) -> list[str]:
+    """What in one harness file recognises particular tasks (see :func:`audit_harness_code`)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []  # the import check reports it
+    found = []
+
+    def text(node) -> str:
+        return ast.get_source_segment(source, node) or ast.dump(node)
+
+    def about_task(node) -> bool:
+        return "task" in text(node).lower()
+
+    called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) and id(node) not in called:
+            if node.attr == "gold":
+                found.append(f"reads a gold answer: `{text(node)}`")
+            elif node.attr == "seed" and about_task(node.value):
+                found.append(f"reads a task's seed: `{text(node)}`")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr" \
+                and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) \
+                and node.args[1].value in ("gold", "seed"):
+            found.append(f"reads a task's {node.args[1].value}: `{text(node)}`")
+        elif isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            ids = [s for s in sides if isinstance(s, ast.Attribute) and s.attr == "id" and about_task(s.value)]
+            literal = [s for s in sides if isinstance(s, (ast.Constant, ast.Tuple, ast.List, ast.Set, ast.Dict))]
+            if ids and literal:
+                found.append(f"compares a task id with a literal: `{text(node)}`")
+        elif isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Attribute) \
+                and node.slice.attr in ("id", "seed") and about_task(node.slice.value):
+            found.append(f"looks up a table by task id: `{text(node)}`")
+    return found
+
+
+def audit_harness_code(root: Path, parent_root: Path | None = None) -> str:
+    """Reject harness code that recognises particular tasks instead of playing them: reading a gold answer
+    (``x.gold``), a task's seed, comparing a task id with literals or indexing a table by it. (Literal task
+    ids and gold answers in any file are :func:`audit_leakage`'s job.) What the parent already had is not
+    held against the candidate."""
+    def findings(base: Path | None) -> list[tuple[str, str]]:
+        folder = base / "harness" if base else None
+        if folder is None or not folder.exists():
+            return []
+        return [(f.relative_to(base).as_posix(), item) for f in sorted(folder.rglob("*.py"))
+                if "__pycache__" not in f.parts for item in _task_specific_code(f.read_text(errors="replace"))]
+    before = set(findings(parent_root))
+    new = [f"{path} {item}" for path, item in findings(root) if (path, item) not in before]
+    if new:
+        return "harness names particular tasks: " + "; ".join(new[:3])
     return ""

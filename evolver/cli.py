@@ -121,6 +121,11 @@ def eval_cmd(obj: Ctx, benchmark, suite, split, per_category, program_ref, backe
         extra.append(f"roles.executor.model={json.dumps(model)}")
     config = obj.config(extra + list(overrides))
     store, repo = open_workspace(config)
+    checkpoint = None if model else program_checkpoint(repo, program_ref, config)
+    if checkpoint:  # a trained program carries its weights: play it with them
+        extra.append(f"roles.executor.model={json.dumps(checkpoint)}")
+        config = obj.config(extra + list(overrides))
+        click.echo(f"model: {checkpoint} (the program's checkpoint)", err=True)
     started = time.perf_counter()
     with store:
         run = Run(config, store, repo, run_id="eval-" + time.strftime("%Y%m%d-%H%M%S"))
@@ -152,6 +157,89 @@ def eval_cmd(obj: Ctx, benchmark, suite, split, per_category, program_ref, backe
                           gains_table(evals)))
     first = next(iter(evals.values())).episodes[0].id[:8] if tasks else ""
     click.echo(f"traces: evolver traces --run {run.id}   (one: evolver traces --episode {first})")
+
+
+def program_checkpoint(repo, ref: str, config: Config) -> str | None:
+    """The checkpoint folder a program's manifest names (``model``, relative to the workspace), if any."""
+    if not repo.exists:
+        return None
+    try:
+        model = repo.manifest(ref if ref != "best" or "best" in repo.tags("") else "seed").get("model")
+    except EvolverError:
+        return None
+    if not model:
+        return None
+    path = Path(model) if Path(model).is_absolute() else Path(config.store) / model
+    return str(path.resolve()) if (path / "config.json").is_file() else None
+
+
+@cli.command()
+@click.option("--trainer", "trainer_name", default="grpo", show_default=True, help="A registered trainer.")
+@click.option("--sft", "sft", is_flag=True, help="Cold-start SFT on skill-conditioned gold steps (trainer 'sft').")
+@click.option("--skillrl", "skillrl", is_flag=True, help="GRPO with recursive skill-bank evolution (trainer 'skillrl').")
+@click.option("--steps", type=int, default=None, help="Training steps (default: the trainer's option).")
+@click.option("--program", "program_ref", default=None, help="Program whose skills and harness are used.")
+@click.option("--resume", is_flag=True, help="Continue the latest unfinished training run from its last checkpoint.")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a config key (repeatable).")
+@click.pass_obj
+def train(obj: Ctx, trainer_name, sft, skillrl, steps, program_ref, resume, overrides):
+    """Fine-tune the executor's model with a trainer (GRPO by default), the program's skills in the prompt.
+
+    Trainer options live under [plugins.NAME] (e.g. --set plugins.grpo.group_size=8). Every step's
+    metrics land in the store's train_steps table; the checkpoint is committed as a program."""
+    from evolver.loop import ensure_seed
+    from evolver.run import Run
+
+    if sft and skillrl:
+        raise EvolverError("--sft and --skillrl are two trainers: run `evolver train --sft` first, then --skillrl")
+    trainer_name = "sft" if sft else "skillrl" if skillrl else trainer_name
+    extra = []
+    if steps is not None:
+        extra.append(f"plugins.{trainer_name}.steps={steps}")
+    if program_ref:
+        extra.append(f"plugins.{trainer_name}.program={json.dumps(program_ref)}")
+    config = obj.config(extra + list(overrides))
+    entry = plugins.get("trainer", trainer_name)
+    store, repo = open_workspace(config)
+    started = time.perf_counter()
+    with store:
+        run_id = "train-" + time.strftime("%Y%m%d-%H%M%S")
+        if resume:
+            rows = store.query("SELECT run_id, config FROM runs WHERE run_id LIKE 'train-%' AND status IN "
+                               "('running', 'failed') ORDER BY created_at DESC LIMIT 1")[1]
+            if not rows:
+                raise EvolverError("no unfinished training run to resume in this store; start one with `evolver train`")
+            run_id = rows[0][0]
+            config = Config.model_validate(json.loads(rows[0][1]) if isinstance(rows[0][1], str) else rows[0][1])
+            store.update_run(run_id, status="running")
+        run = Run(config, store, repo, run_id=run_id, resumed=resume)
+        run.record()
+        ensure_seed(run)
+
+        def progress(row: dict) -> None:
+            if "reward_mean" not in row and "loss" in row:  # a supervised trainer (sft)
+                click.echo(f"step {row['step']:>3}  loss {row['loss']:.4f}  {row.get('step_s', 0):.1f}s", err=True)
+                return
+            click.echo(f"step {row['step']:>3}  reward {row.get('reward_mean', 0):.3f}±{row.get('reward_std', 0):.3f}"
+                       f"  zero-var {row.get('zero_var_frac', 0):.2f}  kl {row.get('kl', 0):.4f}"
+                       f"  clip {row.get('clip_frac', 0):.3f}  len {row.get('response_len', 0):.1f}"
+                       f"  {row.get('step_s', 0):.1f}s (rollout {row.get('rollout_s', 0):.1f})", err=True)
+        try:
+            trainer = entry.factory(run, config.plugins.get(trainer_name, {}), progress=progress)
+            summary = trainer.train(resume=True) if resume else trainer.train()
+        except BaseException:
+            store.update_run(run.id, status="failed")
+            raise
+        finally:
+            run.close()
+        store.update_run(run.id, status="finished", summary={
+            k: v for k, v in summary.items() if k != "history"} | {"wall_s": time.perf_counter() - started})
+    for ev in summary.get("evals", []):
+        click.echo(f"eval after step {ev['step']}: score {ev.get('score', 0):.3f}  success {ev.get('success', 0):.3f}")
+    if summary.get("program"):
+        click.echo(f"checkpoint {summary['checkpoint']} committed as program {summary['program']} "
+                   f"(evolver eval --program {summary['program']})")
+    click.echo(f"metrics: evolver traces \"SELECT step, metrics FROM train_steps WHERE run_id = '{run.id}'\"")
 
 
 @cli.command()

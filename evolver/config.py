@@ -48,6 +48,12 @@ class LoopConfig(Strict):
     staged: bool = True
     """Staged evaluation: candidates play one dev task per category first; one clearly worse than its
     parent there (by more than one task's worth) is not played on the rest of dev."""
+    sandbox_smoke: bool = True
+    """Play each candidate's smoke episode with its harness in a sandboxed subprocess (memory limit, no
+    network, read-only file system; see evolver/harness_sandbox.py). Later stages run the harness in-process
+    (faster), each call under the same time limit; turn this off only for a harness that needs more access."""
+    smoke_memory_mb: int = 2048
+    """Memory limit of the sandboxed smoke harness process."""
     candidates_per_iteration: int = 2
     """How many candidates the proposers build per iteration (evaluated side by side)."""
     frontier_capacity: int = 3
@@ -66,6 +72,9 @@ class LoopConfig(Strict):
     mean duration of the iterations so far). The final test evaluation comes after it."""
     max_proposer_tokens: int = 2_000_000
     """Budget on tokens spent by proposer/builder roles."""
+    max_episodes: int | None = None
+    """Budget on evaluation: no iteration starts once the run has played this many episodes (rollouts,
+    smoke, probe and dev episodes; cached ones are not played, so they do not count). None: no limit."""
     episode_seed: int = 0
     """Seed of every episode's sampling (part of the evaluation cache key)."""
 

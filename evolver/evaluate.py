@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from evolver.errors import BackendError, BenchmarkError
-from evolver.harness import Action, ProgramContext, make_harness
-from evolver.types import ChoiceRequest, Episode, Evaluation, GenRequest, Observation, Step, Task
+from evolver.harness import Action, ProgramContext, make_harness, task_for_harness
+from evolver.types import ChoiceRequest, Episode, Evaluation, GenRequest, GenResult, Observation, Step, Task
 
 
 class _Live:
@@ -45,8 +45,16 @@ def run_episodes(ctx: ProgramContext, benchmark, backend, tasks: list[Task], **k
 def evaluate_many(jobs: list[tuple[ProgramContext, list[Task]]], benchmark, backend, *, seed: int = 0,
                   purpose: str = "eval", store=None, run=None, max_live: int = 32, use_cache: bool = True,
                   progress: Callable[[int, int], None] | None = None,
-                  on_episode: Callable[[Episode], None] | None = None) -> list[list[Episode]]:
+                  on_episode: Callable[[Episode], None] | None = None,
+                  harness_factory: Callable[[ProgramContext], Any] | None = None) -> list[list[Episode]]:
     """Play several programs' tasks at once, in one lockstep, so candidates share every batch.
+
+    ``harness_factory(ctx)`` builds a job's harness (default: the program's harness imported in this
+    process; the loop passes :class:`evolver.harness_sandbox.SandboxedHarness` for smoke episodes). It is
+    called only for jobs with episodes left to play.
+
+    A job is ``(ctx, tasks)`` or ``(ctx, tasks, seed)``: a job's own seed keeps repeated rollouts
+    of one task apart (cache keys and stored rows include the seed).
 
     Returns one list of episodes per job, in task order. Cached episodes (same program content,
     task, model and seed) are returned from the store instead of being played again.
@@ -54,9 +62,10 @@ def evaluate_many(jobs: list[tuple[ProgramContext, list[Task]]], benchmark, back
     model = backend.model
     run_id = getattr(run, "id", "") or ""
     slots: list[tuple[int, int, Episode]] = []  # (job, index, template)
-    for j, (ctx, tasks) in enumerate(jobs):
+    for j, (ctx, tasks, *job_seed) in enumerate(jobs):
         p = ctx.program
-        slots += [(j, i, Episode(task=t, program_id=p.id, program_hash=p.hash, model=model, seed=seed,
+        slots += [(j, i, Episode(task=t, program_id=p.id, program_hash=p.hash, model=model,
+                                 seed=job_seed[0] if job_seed else seed,
                                  run_id=run_id, purpose=purpose)) for i, t in enumerate(tasks)]
     results: dict[tuple[int, int], Episode] = {}
     if store is not None and use_cache:
@@ -70,9 +79,10 @@ def evaluate_many(jobs: list[tuple[ProgramContext, list[Task]]], benchmark, back
         progress(len(results), total)
     for key, e in results.items():
         _emit(run, e, on_episode)
-    harnesses = [_try_harness(ctx) for ctx, _ in jobs]
     max_steps = getattr(benchmark, "max_steps", 1) or 1
     pending = [(j, i, e) for j, i, e in slots if (j, i) not in results]
+    playing = {j for j, _, _ in pending}
+    harnesses = [_try_harness(job[0], harness_factory) if j in playing else None for j, job in enumerate(jobs)]
     for start in range(0, len(pending), max_live):
         wave = pending[start:start + max_live]
         lives = [_Live(e, jobs[j][0], harnesses[j], max_steps) for j, i, e in wave]
@@ -86,7 +96,7 @@ def evaluate_many(jobs: list[tuple[ProgramContext, list[Task]]], benchmark, back
             _emit(run, e, on_episode)
         if progress:
             progress(len(results), total)
-    return [[results[(j, i)] for i in range(len(tasks))] for j, (_, tasks) in enumerate(jobs)]
+    return [[results[(j, i)] for i in range(len(job[1]))] for j, job in enumerate(jobs)]
 
 
 HARNESS_CALL_S = 10.0  # one harness call (not the model's): far above what any sane harness needs
@@ -117,10 +127,10 @@ def harness_deadline(seconds: float | None = None):
         signal.signal(signal.SIGALRM, previous)
 
 
-def _try_harness(ctx: ProgramContext):
+def _try_harness(ctx: ProgramContext, factory: Callable | None = None):
     """A harness that fails to build fails its program's episodes, not the whole evaluation."""
     try:
-        return make_harness(ctx)
+        return (factory or make_harness)(ctx)
     except Exception as exc:
         return exc
 
@@ -142,7 +152,7 @@ def _play_wave(live: list[_Live], benchmark, backend, on_round: Callable[[int], 
             lv.env = benchmark.env(lv.episode.task)
             lv.obs = lv.env.reset()
             with harness_deadline():
-                lv.state = lv.harness.start(lv.episode.task, lv.obs)
+                lv.state = lv.harness.start(task_for_harness(lv.episode.task), lv.obs)
         except BenchmarkError:
             raise
         except Exception as exc:
@@ -203,6 +213,10 @@ def _act(lv: _Live, answer, latency: float) -> None:
     step = Step(index=len(ep.steps), prompt=prompt, output="", action="", observation="",
                 prompt_tokens=answer.prompt_tokens, completion_tokens=answer.completion_tokens,
                 latency_s=latency, error=answer.error)
+    gen = answer if isinstance(answer, GenResult) else getattr(answer, "sample", None)
+    if gen is not None and gen.completion_ids is not None:
+        step.sample = {"prompt_ids": gen.prompt_ids, "completion_ids": gen.completion_ids,
+                       "logprobs": gen.logprobs, "state": lv.obs.text}
     ep.steps.append(step)
     try:
         with harness_deadline():

@@ -23,10 +23,28 @@ Tools the harness may offer (run by the evaluator, traced as tool calls):
 ``read_skill NAME`` returns a skill's body (progressive disclosure);
 ``run_skill NAME SCRIPT [ARGS...]`` runs a skill script in the sandbox.
 
-What the harness can read is passed at construction: ``Harness(program: ProgramContext)``.
+What the harness can read is passed at construction: ``Harness(program: ProgramContext)``: the program's
+``prompt`` (prompt.md), its ``skills``, ``select_skills(task, k)`` (the ``select_skills`` hook) and
+``count_tokens(text)`` (the executor's tokenizer, for a harness that budgets its context).
+
+Memory: ``state`` lives for one episode; attributes of ``self`` live for the episodes of one evaluation
+(one harness object per program per evaluation), nothing longer: a harness that wants to learn across
+evaluations must do it through the program (skills, prompt), which is what proposers evolve.
+
+Stopping: the episode ends when ``next_call`` returns ``None``, when the environment says it is done, or
+at the benchmark's step limit (tool calls do not count as steps).
+
+Rules the evaluator enforces: the ``task`` a harness gets has no gold answer (``task.gold`` is None); each
+call may take at most ``evolver.evaluate.HARNESS_CALL_S`` seconds; an exception fails that one episode
+(score 0, traceback in the trace), never the run. A candidate's first (smoke) episode runs its harness in
+a sandboxed subprocess (``evolver.harness_sandbox``), so what is passed between the evaluator and the
+harness must be the plain dataclasses above (``Task``, ``Observation``, requests, results, ``Action``).
+The leakage audits (``evolver.checks``) reject harness code that contains task ids or gold answers, or
+reads a task's gold or seed.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib.util
 import sys
@@ -62,6 +80,11 @@ class ProgramContext:
 
     def skill(self, name: str) -> Skill | None:
         return next((s for s in self.skills if s.name == name), None)
+
+
+def task_for_harness(task: Task) -> Task:
+    """The task as a harness gets it: without its gold answer (that is for the scorer and diagnosis)."""
+    return dataclasses.replace(task, gold=None)
 
 
 class HarnessLoadError(EvolverError):

@@ -41,9 +41,12 @@ def register_proposers(register):
 
 @hookspec
 def register_trainers(register):
-    """Register policy trainers (GRPO, SFT, ...).
+    """Register policy trainers (GRPO, SFT, ...) for ``evolver train --trainer NAME``.
 
-    :param register: ``register(name, factory, description="")``.
+    :param register: ``register(name, factory, description="")``; ``factory(run, options, progress=None)``
+        returns an object whose ``train()`` returns a summary dict (``program``: the id of the program
+        committed with the new checkpoint, ``checkpoint``: its folder, ``evals``: held-out scores).
+        ``options`` is the config's ``[plugins.NAME]`` table; ``progress(row)`` is called per step.
     """
 
 

@@ -1,7 +1,8 @@
 """The core loop, one iteration top to bottom:
 
 parent (from the frontier) -> rollouts on a training batch -> failures -> proposals (each in its own
-worktree) -> cheap checks -> staged evaluation on dev (a probe of one task per category, then the
+worktree) -> cheap checks (skills, sandboxed harness import, leakage audits, one smoke episode with the
+harness in a sandboxed subprocess) -> staged evaluation on dev (a probe of one task per category, then the
 whole split for candidates not clearly worse), all candidates in one batched lockstep, cache first
 -> frontier admits or rejects, tags move -> events to plugins.
 
@@ -19,7 +20,7 @@ import traceback
 from pathlib import Path
 
 from evolver import plugins
-from evolver.checks import audit_leakage, check_harness_import, check_skill_files
+from evolver.checks import audit_harness_code, audit_leakage, check_harness_import, check_skill_files
 from evolver.evaluate import evaluate_many, run_episodes, sample_stratified, summarize
 from evolver.frontier import Frontier
 from evolver.harness import SEED_DIR
@@ -137,7 +138,16 @@ def _budget_exhausted(run: Run, idle: int, typical_iteration_s: float) -> str:
                 f"~{typical_iteration_s:.0f}s")
     if run.proposer_tokens() >= cfg.max_proposer_tokens:
         return f"proposer token budget of {cfg.max_proposer_tokens} spent"
+    if cfg.max_episodes is not None:
+        played = episodes_played(run)
+        if played >= cfg.max_episodes:
+            return f"evaluation budget of {cfg.max_episodes} episodes spent ({played} played)"
     return ""
+
+
+def episodes_played(run: Run) -> int:
+    """Episodes this run has played (stored rows; cache hits are not stored again)."""
+    return run.store.query("SELECT count(*) FROM episodes WHERE run_id = ?", [run.id])[1][0][0]
 
 
 def iterate(run: Run, it: int, proposers: dict, data: dict) -> list[str]:
@@ -261,25 +271,46 @@ def _check(run: Run, it: int, parent: Program, drafts: list[Draft], data: dict) 
         parent_root = Path(parent_program.root)
         reason = ("no change from its parent" if program.hash == parent_program.hash else
                   check_skill_files(Path(d.path)) or check_harness_import(Path(d.path)) or
-                  audit_leakage(Path(d.path), d.forbidden, d.forbidden_sequences, parent_root))
+                  audit_leakage(Path(d.path), d.forbidden, d.forbidden_sequences, parent_root) or
+                  audit_harness_code(Path(d.path), parent_root))
         if reason:
             _reject(run, it, d, reason)
         else:
             checked.append(cand)
-    # One smoke episode each, on a training task, all in one batch: a candidate that cannot play is out.
-    run.status = f"iteration {it}: smoke episodes"
-    jobs = [(run.context(c.program), data["train"][:1]) for c in checked]  # type: ignore[attr-defined]
-    smokes = evaluate_many(jobs, run.benchmark, run.backend("executor"), seed=run.config.loop.episode_seed,
-                           purpose="smoke", store=run.store, run=run) if jobs else []
+    smokes = _smoke(run, it, checked, data)
     survivors = []
     drafts_by_id = {d.candidate_id: d for d in drafts}
     for cand, (ep,) in zip(checked, smokes):
-        if ep.error:
-            _reject(run, it, drafts_by_id[cand.id], f"smoke episode failed: {ep.error.splitlines()[0]}")
+        if ep.error:  # the whole error, traceback included: it is what the next proposal learns from
+            _reject(run, it, drafts_by_id[cand.id], f"smoke episode failed: {ep.error.strip()}")
         else:
             cand.status = "checked"
             survivors.append(cand)
     return survivors
+
+
+def _smoke(run: Run, it: int, checked: list[Candidate], data: dict) -> list[list]:
+    """One smoke episode each, on a training task, all in one batch: a candidate that cannot play is out.
+    Its harness runs in a sandboxed subprocess (``loop.sandbox_smoke``): time limit per harness call,
+    memory limit, no network, read-only file system."""
+    if not checked:
+        return []
+    cfg = run.config.loop
+    run.status = f"iteration {it}: smoke episodes" + (" (sandboxed)" if cfg.sandbox_smoke else "")
+    jobs = [(run.context(c.program), data["train"][:1]) for c in checked]  # type: ignore[attr-defined]
+    opened: list = []
+
+    def sandboxed(ctx):
+        from evolver.harness_sandbox import SandboxedHarness
+        opened.append(SandboxedHarness(ctx, memory_mb=cfg.smoke_memory_mb))
+        return opened[-1]
+    try:
+        return evaluate_many(jobs, run.benchmark, run.backend("executor"), seed=cfg.episode_seed,
+                             purpose="smoke", store=run.store, run=run,
+                             harness_factory=sandboxed if cfg.sandbox_smoke else None)
+    finally:
+        for harness in opened:
+            harness.close()
 
 
 def probe_tasks(dev: list) -> list:

@@ -28,10 +28,13 @@ def render(run, summary: dict) -> str:
         g = normalised_gain(t["score"], b["score"])
         lines += ["", f"Best vs baseline on test: {t['score'] - b['score']:+.3f} absolute"
                   + (f", normalised gain g = {g:+.3f}" if g is not None else "") + "."]
-    lines += ["", "## Frontier (dev)", "", "| program | " + " | ".join(summary["frontier"]["objectives"]) + " |",
-              "|---|" + "---|" * len(summary["frontier"]["objectives"])]
+    # Context tokens per episode are shown even when they are not an objective: they are what a harness costs.
+    columns = [o.split(":")[0] for o in summary["frontier"]["objectives"]]
+    columns += [c for c in ("score", "context_tokens") if c not in columns]
+    lines += ["", "## Frontier (dev)", "", f"Objectives: {', '.join(summary['frontier']['objectives'])}.", "",
+              "| program | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
     for m in summary["frontier"]["members"]:
-        vals = [f"{m['metrics'][o.split(':')[0]]:.3f}" for o in summary["frontier"]["objectives"]]
+        vals = [f"{m['metrics'][c]:.3f}" if c in m["metrics"] else "" for c in columns]
         lines.append(f"| {m['program_id']} | " + " | ".join(vals) + " |")
     rows = run.store.proposals(run.id)
     lines += ["", "## Candidates", "", f"{len(rows)} proposed, "
@@ -47,8 +50,10 @@ def render(run, summary: dict) -> str:
     for r in rows:
         if r["status"] == "admitted":
             diff = run.repo.diff(r["parent_id"], r["candidate_id"])
-            lines += ["", f"## Diff of {r['candidate_id']} ({r['operator']}: {r['hypothesis'][:80]})", "",
-                      "```diff", diff.strip()[:6000], "```"]
+            mechanism = (r.get("detail") or {}).get("mechanism")
+            lines += ["", f"## Diff of {r['candidate_id']} ({r['operator']}: {r['hypothesis'][:80]})", ""]
+            lines += [f"Mechanism: {mechanism}", ""] if mechanism else []
+            lines += ["```diff", diff.strip()[:6000], "```"]
     return "\n".join(lines) + "\n"
 
 

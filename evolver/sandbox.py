@@ -294,6 +294,48 @@ def run_python(code_or_path: str | Path, args: list[str] = (), scratch: Path | N
     return _run(make, scratch, timeout_s, memory_mb, stdin, env, mechanism)
 
 
+class Session:
+    """A sandboxed Python process kept running for a conversation over its stdin and stdout, with the same
+    isolation and memory limit as :func:`run_python` (the caller enforces time, per message). Its stderr is
+    captured like theirs. :meth:`close` kills its whole process group and removes its own scratch folder."""
+
+    def __init__(self, proc: subprocess.Popen, stderr: _Capture, folder: str, own: bool, mechanism: str):
+        self.proc, self._stderr, self.folder, self._own, self.mechanism = proc, stderr, folder, own, mechanism
+
+    def stderr(self) -> str:
+        return self._stderr.text()
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def close(self) -> None:
+        _kill_group(self.proc.pid)
+        self.proc.wait()
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            try:
+                pipe.close()
+            except OSError:
+                pass
+        self._stderr.join(timeout=2)
+        if self._own:
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def open_python(code: str, scratch: Path | None = None, memory_mb: int = 512, env: dict | None = None,
+                mechanism: str | None = None) -> Session:
+    """Start ``python -c code`` in the sandbox and leave it running (see :class:`Session`)."""
+    mechanism = mechanism or sandbox_mechanism()
+    own = scratch is None
+    folder = tempfile.mkdtemp(prefix="evolver-sbx-") if own else str(Path(scratch).resolve())
+    guard = [_THIS, "--guard", folder] if mechanism == "audit" else []
+    argv = _wrap(mechanism, [sys.executable, "-B", *guard, "-c", code], folder, memory_mb)
+    proc = subprocess.Popen(argv, cwd=folder, env=_base_env(folder, env), start_new_session=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    err = _Capture(proc.stderr)
+    err.start()
+    return Session(proc, err, folder, own, mechanism)
+
+
 # --- inside the sandbox: namespace setup (run as root inside `unshare`) -------------------------------------
 
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REMOUNT, _MS_BIND = 1, 2, 4, 8, 32, 4096

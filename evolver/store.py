@@ -439,6 +439,11 @@ class Store:
                            [dumps({k: v for k, v in r.items() if k != "step"}) for r in rows], _now()])
 
     @_locked
+    def delete_train_steps(self, run_id: str, after: int) -> None:
+        """Forget a run's training steps after ``after`` (a resumed run replays them)."""
+        self._con.execute("DELETE FROM train_steps WHERE run_id = ? AND step > ?", [run_id, int(after)])
+
+    @_locked
     def query(self, sql: str, params: list | None = None) -> tuple[list[str], list[tuple]]:
         """Run SQL on the store (meant for read-only queries, e.g. `evolver traces`)."""
         cur = self._con.execute(sql, params or [])

@@ -168,7 +168,63 @@ def m001_initial(con) -> None:
     )""")
 
 
-MIGRATIONS: list[Callable] = [m001_initial]
+def m002_autoskill(con) -> None:
+    """Tables of the AutoSkill plugin (evolver-autoskill): retrievals and their per-skill decisions,
+    served conversations, and skill-bank events. In the core schema because the Store applies only
+    these migrations; the plugin owns what goes in them."""
+    con.execute("""
+    CREATE TABLE autoskill_retrievals (
+        retrieval_id VARCHAR PRIMARY KEY,
+        scope VARCHAR,
+        source VARCHAR,
+        ref VARCHAR,
+        query VARCHAR,
+        injected JSON,
+        decisions JSON,
+        latency_s DOUBLE,
+        created_at TIMESTAMP NOT NULL
+    )""")
+    # One row per skill a retrieval scored: per-skill counts and with/without scores are a GROUP BY.
+    con.execute("""
+    CREATE TABLE autoskill_usage (
+        retrieval_id VARCHAR NOT NULL,
+        scope VARCHAR,
+        ref VARCHAR,
+        skill VARCHAR NOT NULL,
+        retrieved BOOLEAN,
+        injected BOOLEAN,
+        rel DOUBLE,
+        created_at TIMESTAMP NOT NULL
+    )""")
+    con.execute("""
+    CREATE TABLE autoskill_conversations (
+        conversation_id VARCHAR PRIMARY KEY,
+        thread_id VARCHAR,
+        scope VARCHAR,
+        model VARCHAR,
+        messages JSON,
+        response VARCHAR,
+        query VARCHAR,
+        injected JSON,
+        latency_s DOUBLE,
+        feedback DOUBLE,
+        created_at TIMESTAMP NOT NULL
+    )""")
+    con.execute("""
+    CREATE TABLE autoskill_events (
+        scope VARCHAR,
+        action VARCHAR NOT NULL,
+        skill VARCHAR,
+        version VARCHAR,
+        "commit" VARCHAR,
+        evidence JSON,
+        reason VARCHAR,
+        detail JSON,
+        created_at TIMESTAMP NOT NULL
+    )""")
+
+
+MIGRATIONS: list[Callable] = [m001_initial, m002_autoskill]
 
 # How an Episode and its Steps become rows: (column, DuckDB type, staging kind, getter), in table
 # order. Kinds: "s" text, "j" JSON text, "i" int64, "f" float64, "b" bool; a getter of None marks a

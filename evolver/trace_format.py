@@ -58,3 +58,17 @@ def format_episode(episode: Episode) -> str:
     out.append(f"prediction: {e.prediction!r}")
     out.append(f"gold:       {dumps(t.gold)}")
     return "\n".join(out)
+
+
+def brief_step(step, obs_chars: int = 160) -> str:
+    """One step on one line, for proposers' prompts: the action (or tool call) and the start of its answer."""
+    seen = (step.observation or "").strip()[:obs_chars]
+    if step.tool_calls:
+        call = step.tool_calls[0]
+        return f"  [tool {call.get('tool')} {' '.join(call.get('args', []))}] -> {seen}"
+    return f"  > {step.action or '(no action)'}  -> {seen}"
+
+
+def gold_text(gold) -> str:
+    """A gold answer as one line (action sequences joined with ' | ')."""
+    return " | ".join(map(str, gold)) if isinstance(gold, (list, tuple)) else str(gold)

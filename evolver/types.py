@@ -99,6 +99,9 @@ class ChoiceResult:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     error: str | None = None
+    #: When the choice was made by writing and matching (a backend that does not score options),
+    #: the generation behind it: RL trains on what was written, not on the option it matched.
+    sample: GenResult | None = None
 
     @property
     def text(self) -> str:  # convenience for traces
@@ -120,6 +123,10 @@ class Step:
     tool_calls: list[dict] = field(default_factory=list)
     latency_s: float = 0.0
     error: str | None = None
+    #: RL only, never stored: when the backend returned token ids (``GenRequest.logprobs``), the
+    #: exact ``prompt_ids``, ``completion_ids`` and ``logprobs`` of this call plus ``state`` (the
+    #: observation the action answered), so a trainer never re-renders a prompt.
+    sample: dict | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass

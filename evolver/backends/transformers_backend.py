@@ -174,22 +174,15 @@ class TransformersBackend(Backend):
         reqs = [item[1] for item in chunk]
         prompts = [item[2] for item in chunk]
         limits = [item[3] for item in chunk]
-        B, L, dev = len(chunk), max(len(p) for p in prompts), self.device
-        ids = torch.full((B, L), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((B, L), dtype=torch.long)
-        for r, p in enumerate(prompts):  # left padding: every row's last token sits at column L-1
-            ids[r, L - len(p):] = torch.tensor(p, dtype=torch.long)
-            mask[r, L - len(p):] = 1
-        pos = (mask.cumsum(-1) - 1).clamp(min=0)
-        ids, mask, pos = ids.to(dev), mask.to(dev), pos.to(dev)
+        B, dev = len(chunk), self.device
         gens = [_generator(req) for req in reqs]
         want_lp = any(req.logprobs for req in reqs)
         out_ids: list[list[int]] = [[] for _ in range(B)]
         out_lp: list[list[float]] = [[] for _ in range(B)]
         done = [False] * B
         with self._ctx():
-            logits, cache = self._forward(ids, mask, pos, None, logits_to_keep=1)
-            next_pos = pos[:, -1:] + 1
+            logits, cache, mask = self._prefill(prompts)
+            next_pos = torch.tensor([[len(p)] for p in prompts], device=dev)
             for _step in range(max(limits)):
                 last = logits[:, -1, :].float()
                 toks = self._pick(last, reqs, gens, done)
@@ -214,6 +207,55 @@ class TransformersBackend(Backend):
                 logits, cache = self._forward(feed, mask, next_pos, cache)
                 next_pos = next_pos + 1
         return [self._result(reqs[r], prompts[r], out_ids[r], out_lp[r]) for r in range(B)]
+
+    def _prefill(self, prompts: list[list[int]]):
+        """One forward over the prompts of a batch; returns (last logits, cache, attention mask).
+
+        Each row reuses the KV of the longest prefix it shares with a recent prompt (an episode's
+        steps repeat the system prompt, skills and task), so only its new tokens are computed. A row
+        is laid out as [pad][cached prefix][pad][new tokens], right-aligned in both parts, with
+        explicit positions; the mask hides the pads, so rows never see each other or the holes.
+        Afterwards each row's whole prompt KV joins the prefix cache."""
+        dev, B = self.device, len(prompts)
+        matches = [self._prefix_match(p) for p in prompts]
+        reuse = [n for _, n in matches]
+        U = max(reuse)
+        news = [p[n:] for p, n in zip(prompts, reuse)]
+        N = max(len(x) for x in news)
+        ids = torch.full((B, N), self.pad_id, dtype=torch.long)
+        new_mask = torch.zeros((B, N), dtype=torch.long)
+        pos = torch.zeros((B, N), dtype=torch.long)
+        for r, (x, u) in enumerate(zip(news, reuse)):
+            ids[r, N - len(x):] = torch.tensor(x, dtype=torch.long)
+            new_mask[r, N - len(x):] = 1
+            pos[r, N - len(x):] = torch.arange(u, u + len(x))
+        past, past_mask = None, torch.zeros((B, U), dtype=torch.long)
+        if U:
+            from transformers import DynamicCache
+
+            past = DynamicCache()
+            first = next(self._prefixes[k][1] for k, _ in matches if k is not None)
+            for layer, (k0, v0) in enumerate(first):
+                K = k0.new_zeros((B, k0.shape[1], U, k0.shape[3]))
+                V = v0.new_zeros((B, v0.shape[1], U, v0.shape[3]))
+                for r, (key, u) in enumerate(matches):
+                    if key is not None:
+                        k, v = self._prefixes[key][1][layer]
+                        K[r, :, U - u:] = k[0, :, :u].to(K.dtype)
+                        V[r, :, U - u:] = v[0, :, :u].to(V.dtype)
+                past.update(K, V, layer)
+            for r, u in enumerate(reuse):
+                past_mask[r, U - u:] = 1
+        mask = torch.cat([past_mask, new_mask], dim=1).to(dev)
+        logits, cache = self._forward(ids.to(dev), mask, pos.to(dev), past, logits_to_keep=1)
+        if self.prefix_cache > 0 and cache is not None:
+            T = U + N
+            for r, (x, u) in enumerate(zip(news, reuse)):
+                kv = [(torch.cat([layer.keys[r:r + 1, :, U - u:U], layer.keys[r:r + 1, :, T - len(x):T]], dim=2).clone(),
+                       torch.cat([layer.values[r:r + 1, :, U - u:U], layer.values[r:r + 1, :, T - len(x):T]], dim=2).clone())
+                      for layer in cache.layers]
+                self._prefix_put(prompts[r], kv)
+        return logits, cache, mask
 
     def _pick(self, last: torch.Tensor, reqs, gens, done) -> list[int]:
         toks = last.argmax(dim=-1).tolist()
@@ -337,19 +379,29 @@ class TransformersBackend(Backend):
 
     # Consecutive steps of an episode repeat the system prompt, the skills and the task: keeping the
     # KV of recent prompts and reusing the longest shared prefix skips most of each step's prefill.
-    def _prefix_lookup(self, prompt: list[int]):
+    def _prefix_match(self, prompt: list[int]) -> tuple[Any, int]:
+        """The cached prompt sharing the longest prefix with ``prompt`` (at least 32 tokens), and that
+        length; always leaves one prompt token to feed."""
+        if self.prefix_cache <= 0:
+            return None, 0
         best, best_len = None, 0
         ids = torch.tensor(prompt)
-        for key, (cached_ids, kv) in self._prefixes.items():
-            n = min(len(cached_ids), len(prompt) - 1)  # keep at least one prompt token to feed
+        for key, (cached_ids, _kv) in self._prefixes.items():
+            n = min(len(cached_ids), len(prompt) - 1)
             if n <= best_len:
                 continue
             same = int((cached_ids[:n] == ids[:n]).int().cumprod(0).sum())
             if same > best_len:
                 best, best_len = key, same
         if best is None or best_len < 32:
-            return 0, None
+            return None, 0
         self._prefixes.move_to_end(best)
+        return best, best_len
+
+    def _prefix_lookup(self, prompt: list[int]):
+        best, best_len = self._prefix_match(prompt)
+        if best is None:
+            return 0, None
         from transformers import DynamicCache
 
         cache = DynamicCache()
@@ -361,7 +413,10 @@ class TransformersBackend(Backend):
         if self.prefix_cache <= 0 or cache is None:
             return
         P = len(prompt)
-        kv = [(layer.keys[:, :, :P].clone(), layer.values[:, :, :P].clone()) for layer in cache.layers]
+        self._prefix_put(prompt, [(layer.keys[:, :, :P].clone(), layer.values[:, :, :P].clone())
+                                  for layer in cache.layers])
+
+    def _prefix_put(self, prompt: list[int], kv: list) -> None:
         self._prefixes[tuple(prompt)] = (torch.tensor(prompt), kv)
         self._prefixes.move_to_end(tuple(prompt))
         while len(self._prefixes) > self.prefix_cache:

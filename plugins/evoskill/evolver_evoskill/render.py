@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from evolver.trace_format import brief_step, gold_text
 from evolver.types import Episode
 
 
@@ -51,19 +52,12 @@ def render_trace(ep: Episode, rung: Rung, show_gold: bool = True) -> str:
              f"Task: {ep.task.prompt.strip()[:rung.obs_chars * 2]}"]
     if hidden:
         lines.append(f"({hidden} earlier steps not shown)")
-    for s in steps:
-        if s.tool_calls:
-            call = s.tool_calls[0]
-            lines.append(f"  [tool {call.get('tool')} {' '.join(call.get('args', []))}] -> {s.observation[:rung.obs_chars]}")
-        else:
-            lines.append(f"  > {s.action}\n    {s.observation.strip()[:rung.obs_chars]}")
+    lines += [brief_step(s, rung.obs_chars) for s in steps]
     if ep.error:
         lines.append(f"Error: {ep.error.splitlines()[0][:200]}")
     lines.append(f"Predicted (last action): {ep.prediction or '(none)'}")
     if show_gold and ep.task.gold is not None:
-        gold = ep.task.gold
-        gold_text = " | ".join(map(str, gold)) if isinstance(gold, (list, tuple)) else str(gold)
-        lines.append(f"Gold (for diagnosis only, never copy it into a skill): {gold_text[:rung.obs_chars]}")
+        lines.append(f"Gold (for diagnosis only, never copy it into a skill): {gold_text(ep.task.gold)[:rung.obs_chars]}")
     return "\n".join(lines)
 
 

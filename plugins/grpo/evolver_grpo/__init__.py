@@ -1,0 +1,18 @@
+"""GRPO for evolver: skill-augmented RL on the policy model, on CPU (transformers) or GPU (vLLM).
+
+``evolver train`` (trainer ``grpo``, the default) fine-tunes the executor's model with the program's
+skills in every prompt; options live under ``[plugins.grpo]`` (see :mod:`evolver_grpo.config`).
+"""
+from __future__ import annotations
+
+from evolver.hookspecs import hookimpl
+
+__version__ = "0.1.0"
+
+
+@hookimpl
+def register_trainers(register):
+    from evolver_grpo.trainer import make_trainer
+
+    register("grpo", make_trainer, description="GRPO and variants (RLOO, GDPO, GD2PO, DVAO, GiGPO, TACO), "
+             "step-wise on multi-turn episodes, with the program's skills in the prompt")

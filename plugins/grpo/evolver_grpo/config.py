@@ -1,0 +1,94 @@
+"""GRPO options: ``[plugins.grpo]`` in evolver.toml, or ``--set plugins.grpo.KEY=VALUE``."""
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from evolver.errors import ConfigError
+
+
+class GRPOConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    # what to train on
+    program: str = "seed"  # whose skills sit in the prompt (any program ref: seed, best, an id)
+    skills: bool = True  # False: the same prompts without the program's skills
+    split: str = "train"
+    per_category: int | None = None  # cap the split's tasks per category
+    steps: int = 10
+    tasks_per_step: int = 2  # groups per step
+    group_size: int = 4  # G rollouts per task
+    temperature: float = 1.0
+    max_new_tokens: int | None = None  # None: each model call's own budget (the harness decides)
+    seed: int = 0
+
+    # advantages and rewards
+    estimator: str = "grpo"  # grpo, rloo, gdpo, gd2po, dvao, gigpo, taco
+    scale_rewards: bool = True  # divide by the group std (False: Dr.GRPO)
+    std_floor: float = 1e-4
+    rewards: list[str] | None = None  # named rewards to use (default: all the episode reports)
+    reward_weights: dict[str, float] = Field(default_factory=dict)
+    format_rewards: list[str] = Field(default_factory=list)  # "eos", "regex"
+    format_regex: str | None = None
+    dynamic_sampling: bool = False  # replace zero-variance groups with fresh tasks (DAPO)
+    max_resample_rounds: int = 2
+    gd2po_mode: str = "hard"
+    gd2po_tau: float = 0.8
+    gigpo_omega: float = 1.0
+    gigpo_gamma: float = 0.95
+    taco_alpha: float = 0.1
+    taco_lambda: float = 0.5
+
+    # objective
+    loss: str = "sequence"  # sequence (GRPO), token (DAPO), constant (Dr.GRPO)
+    eps_low: float = 0.2
+    eps_high: float = 0.2
+    beta: float = 0.02  # KL weight (0: no reference model is kept)
+    kl: str = "k3"
+    mu: int = 1  # optimizer updates per batch
+    lr: float = 1e-5
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    micro_batch: int = 8  # samples per forward/backward
+    logprob_chunk: int = 1024  # completion positions per LM-head chunk
+    autocast: bool = True  # bf16 autocast (fp32 master weights)
+    gradient_checkpointing: bool = False
+
+    # parameters
+    lora: bool = False
+    lora_r: int = 8
+    lora_alpha: int = 16
+    lora_targets: list[str] = Field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+
+    # engine, checkpoints, evaluation
+    engine: str | None = None  # default: the executor role's backend (transformers or vllm)
+    save_every: int = 0  # 0: a checkpoint at the end only
+    eval_every: int = 0  # 0: evaluate only at the end (if eval_per_category)
+    eval_split: str = "dev"
+    eval_per_category: int = 0  # 0: no evaluation
+
+    @field_validator("loss", "kl", "estimator")
+    @classmethod
+    def _known(cls, v: str, info) -> str:
+        from evolver_grpo.advantages import ESTIMATORS
+        from evolver_grpo.objective import AGGREGATIONS, KL_ESTIMATORS
+
+        known = {"loss": AGGREGATIONS, "kl": KL_ESTIMATORS, "estimator": sorted(ESTIMATORS)}[info.field_name]
+        if v not in known:
+            raise ValueError(f"choose from {', '.join(known)}")
+        return v
+
+    @field_validator("group_size", "tasks_per_step", "mu", "micro_batch", "steps")
+    @classmethod
+    def _positive(cls, v: int) -> int:
+        if v < 1:
+            raise ValueError("must be at least 1")
+        return v
+
+
+def load(options: dict) -> GRPOConfig:
+    try:
+        return GRPOConfig.model_validate(options or {})
+    except ValidationError as exc:
+        lines = [f"plugins.grpo.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()]
+        known = ", ".join(GRPOConfig.model_fields)
+        raise ConfigError("bad GRPO options:\n  " + "\n  ".join(lines) + f"\nknown options: {known}") from None

@@ -1,0 +1,131 @@
+"""Rollout engines: what plays the episodes during training, behind one interface.
+
+An engine exposes ``backend`` (a core :class:`evolver.backends.base.Backend`, so rollouts go through
+the same harness and evaluator as every evaluation) and ``sync(model, version)``, which makes the
+engine generate with the learner's current weights:
+
+- ``transformers`` (CPU default): the engine's model *is* the learner's model, so a sync costs
+  nothing but forgetting the prefix KV it cached under the old weights.
+- ``vllm`` (GPU): a separate engine; every sync pushes the weights into it and resets its prefix
+  cache (inside ``VLLMBackend.load_weights``). The harness puts skills right after the system
+  prompt, so a group's rollouts share that prefix in vLLM's cache between syncs.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+
+from evolver.backends.base import Backend
+from evolver.errors import EvolverError
+from evolver.types import GenRequest, GenResult
+
+
+class RolloutBackend(Backend):
+    """Wraps an engine's backend for rollouts: every generation is sampled at ``temperature`` with its
+    own seed (the G rollouts of a task must differ, and a rerun must repeat), and returns token ids
+    and log-probs. ``scores_options`` is False on purpose: a choice between valid actions is made
+    by writing and matching, so the policy is trained on text it wrote."""
+
+    name = "rollout"
+    scores_options = False
+    choice_stop = ["\n"]  # an action is one line
+
+    def __init__(self, inner: Backend, temperature: float = 1.0, max_tokens: int | None = None, seed: int = 0):
+        self.inner, self.temperature, self.max_tokens = inner, temperature, max_tokens
+        self.seed = seed
+        self.calls = 0
+
+    @property
+    def model(self) -> str:  # type: ignore[override]
+        return self.inner.model
+
+    def reseed(self, seed: int) -> None:
+        """Seeds from here on are ``seed``-derived: a step's rollouts do not depend on earlier steps
+        (so a resumed run samples what an uninterrupted one would have)."""
+        self.seed, self.calls = seed, 0
+
+    def generate(self, requests: list[GenRequest]) -> list[GenResult]:
+        reqs = []
+        for r in requests:
+            self.calls += 1
+            reqs.append(dataclasses.replace(r, temperature=self.temperature, logprobs=True,
+                                            seed=self.seed * 1_000_003 + self.calls,
+                                            max_tokens=self.max_tokens or r.max_tokens))
+        return self.inner.generate(reqs)
+
+    def count_tokens(self, text: str) -> int:
+        return self.inner.count_tokens(text)
+
+
+class TransformersEngine:
+    name = "transformers"
+
+    def __init__(self, backend):
+        if not hasattr(backend, "hf_model"):
+            raise EvolverError(f"the transformers engine needs the transformers backend, got {backend.name!r}")
+        self.backend = backend
+        self.eos_ids = set(backend.eos_ids)
+
+    def learner(self):
+        """The model to train: the engine's own (one copy of the weights in memory)."""
+        return self.backend.hf_model
+
+    def sync(self, model, version: str) -> float:
+        t0 = time.perf_counter()
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model  # LoRA wraps in place
+        if base is not self.backend.hf_model:
+            self.backend.load_weights(_state(model), model_id=version)
+        else:
+            self.backend.weights_changed(model_id=version)
+        return time.perf_counter() - t0
+
+
+class VLLMEngine:
+    name = "vllm"
+
+    def __init__(self, backend, model_path: str):
+        if not hasattr(backend, "llm"):
+            raise EvolverError(f"the vllm engine needs the vllm backend, got {backend.name!r}")
+        self.backend = backend
+        self.model_path = model_path
+        tok = backend.tokenizer
+        self.eos_ids = {tok.eos_token_id} if tok.eos_token_id is not None else set()
+
+    def learner(self):
+        """A separate copy on the learner's device: vLLM keeps its own weights."""
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        dev = "cuda" if torch.cuda.is_available() else "cpu"
+        return AutoModelForCausalLM.from_pretrained(self.model_path, dtype=torch.float32,
+                                                    local_files_only=True).to(dev)
+
+    def sync(self, model, version: str) -> float:
+        t0 = time.perf_counter()
+        self.backend.load_weights(_state(model), model_id=version)
+        return time.perf_counter() - t0
+
+
+def _state(model) -> dict:
+    """Plain HF weight names; a LoRA model is merged first (the engine knows nothing of adapters)."""
+    if hasattr(model, "merge_and_unload"):
+        import copy
+
+        model = copy.deepcopy(model).merge_and_unload()
+    return {k: v.detach() for k, v in model.state_dict().items()}
+
+
+def make_engine(run, name: str | None = None):
+    """The engine for the run's executor role: its backend decides (transformers or vllm)."""
+    backend = run.backend("executor")
+    inner = getattr(backend, "inner", backend)  # CountingBackend wraps the real one
+    kind = name or inner.name
+    if kind == "transformers":
+        return TransformersEngine(inner)
+    if kind == "vllm":
+        rc = run.config.role("executor")
+        from evolver.backends.embedded import embedded_model_dir
+
+        return VLLMEngine(inner, rc.model or str(embedded_model_dir()))
+    raise EvolverError(f"no rollout engine for backend {kind!r}: GRPO trains a local model, so set "
+                       "roles.executor.backend to 'transformers' (CPU) or 'vllm' (GPU)")

@@ -1,0 +1,271 @@
+"""The GRPO training loop: rollouts through the program's harness, advantages, clipped updates.
+
+One step:
+1. **Rollout.** ``tasks_per_step`` training tasks, each played ``group_size`` times by the program
+   (its harness and skills) through the rollout engine, sampled at ``temperature``; every model
+   call keeps its exact prompt ids, completion ids and log-probs (``Step.sample``). The episodes are
+   ordinary episodes in the store (purpose ``grpo``), so their traces read like any other.
+2. **Advantages.** Named rewards per episode, an estimator from the registry, one advantage per
+   model call; zero-variance groups are counted (and with ``dynamic_sampling`` replaced).
+3. **Log-probs.** Old log-probs (only when ``mu > 1`` or TACO needs them; at ``mu = 1`` the ratio's
+   denominator is the current log-prob detached, so the first ratio is exactly 1) and reference
+   log-probs (only when ``beta > 0``), by the learner, chunked.
+4. **Update.** ``mu`` optimizer steps over the batch, micro-batched with exact accumulation.
+5. **Sync.** The engine generates with the new weights; the backend's model id changes with them,
+   so no cached episode of the old policy is ever reused.
+Metrics per step go to the ``train_steps`` table; checkpoints are HF folders in the workspace,
+each committed as a program whose manifest ``model`` points at it.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import random
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from evolver.evaluate import evaluate_many, summarize
+from evolver_grpo import advantages as adv_mod
+from evolver_grpo.config import GRPOConfig, load
+from evolver_grpo.engines import RolloutBackend, make_engine
+from evolver_grpo.logprobs import completion_logprobs
+from evolver_grpo.objective import policy_loss, token_weights
+from evolver_grpo.samples import Sample, collect
+
+
+class GRPOTrainer:
+    def __init__(self, run, options: dict | None = None, engine=None, progress=None):
+        self.run = run
+        self.cfg: GRPOConfig = load(options if options is not None else run.config.plugins.get("grpo", {}))
+        self._engine = engine
+        self.progress = progress or (lambda row: None)
+        self.history: list[dict] = []
+
+    # ------------------------------------------------------------------------------- set-up
+    def setup(self) -> None:
+        cfg, run = self.cfg, self.run
+        torch.manual_seed(cfg.seed)
+        self.rng = random.Random(cfg.seed)
+        self.engine = self._engine or make_engine(run, cfg.engine)
+        self.model = self.engine.learner()
+        self.base_id = getattr(self.engine.backend, "_base_model", self.engine.backend.model)
+        if cfg.lora:
+            from peft import LoraConfig, get_peft_model
+
+            self.model = get_peft_model(self.model, LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha,
+                                                               target_modules=cfg.lora_targets, lora_dropout=0.0))
+        if cfg.gradient_checkpointing:
+            self.model.gradient_checkpointing_enable()
+        self.model.eval()  # no dropout in rollouts or updates: ratios must be exact
+        self.ref = None
+        if cfg.beta > 0 and not cfg.lora:  # LoRA's reference is the same model with adapters off
+            self.ref = copy.deepcopy(self.model).requires_grad_(False)
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        self.opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        self.program = run.repo.checkout(cfg.program)
+        program = self.program
+        if not cfg.skills:
+            from evolver.conditions import variant
+
+            program, _ = variant(self.program, "none", [])
+        self.ctx = run.context(program)
+        self.tasks = run.benchmark.tasks(cfg.split, per_category=cfg.per_category)
+        if not self.tasks:
+            from evolver.errors import EvolverError
+
+            raise EvolverError(f"benchmark {run.config.benchmark} has no {cfg.split} tasks to train on")
+        self._queue: list = []
+        self.sampler = RolloutBackend(self.engine.backend, cfg.temperature, cfg.max_new_tokens, seed=cfg.seed)
+        self.acfg = adv_mod.AdvantageConfig(std_floor=cfg.std_floor, scale=cfg.scale_rewards,
+                                            weights=dict(cfg.reward_weights), gd2po_mode=cfg.gd2po_mode,
+                                            gd2po_tau=cfg.gd2po_tau, gigpo_omega=cfg.gigpo_omega,
+                                            gigpo_gamma=cfg.gigpo_gamma)
+
+    def _next_tasks(self, n: int) -> list:
+        """Tasks in a shuffled cycle, so every training task comes up before any repeats."""
+        out = []
+        while len(out) < n:
+            if not self._queue:
+                self._queue = list(self.tasks)
+                self.rng.shuffle(self._queue)
+            out.append(self._queue.pop())
+        return out
+
+    # ------------------------------------------------------------------------------- rollout
+    def rollout(self, step: int, tasks: list, attempt: int = 0):
+        cfg = self.cfg
+        G = cfg.group_size
+        base = (step * 1000 + attempt * 100) * G + cfg.seed * 7919
+        self.sampler.reseed(base)
+        jobs = [(self.ctx, tasks, base + g) for g in range(G)]
+        per_job = evaluate_many(jobs, self.run.benchmark, self.sampler, store=self.run.store, run=self.run,
+                                purpose="grpo", use_cache=False)
+        episodes, group_of = [], []
+        for i, task in enumerate(tasks):
+            for g in range(G):
+                episodes.append(per_job[g][i])
+                group_of.append(f"{step}:{attempt}:{task.id}")
+        return episodes, group_of
+
+    def _collect(self, episodes, group_of):
+        cfg = self.cfg
+        return collect(episodes, group_of, format_names=cfg.format_rewards, eos_ids=self.engine.eos_ids,
+                       format_regex=cfg.format_regex, reward_names=cfg.rewards)
+
+    # ------------------------------------------------------------------------------- one step
+    def step(self, step: int) -> dict:
+        cfg = self.cfg
+        t0 = time.perf_counter()
+        episodes, group_of = self.rollout(step, self._next_tasks(cfg.tasks_per_step))
+        trajs, samples = self._collect(episodes, group_of)
+        zero = adv_mod.zero_variance(trajs, self.acfg)
+        n_groups, n_zero = len(set(group_of)), len(zero)
+        if cfg.dynamic_sampling and zero:
+            # DAPO's dynamic sampling: groups with no reward spread teach nothing; replace them.
+            keep = [i for i, g in enumerate(group_of) if g not in zero]
+            episodes, group_of = [episodes[i] for i in keep], [group_of[i] for i in keep]
+            for attempt in range(1, cfg.max_resample_rounds + 1):
+                missing = cfg.tasks_per_step - len(set(group_of))
+                if missing <= 0:
+                    break
+                more_eps, more_groups = self.rollout(step, self._next_tasks(missing), attempt)
+                more_trajs, _ = self._collect(more_eps, more_groups)
+                bad = set(adv_mod.zero_variance(more_trajs, self.acfg))
+                for e, g in zip(more_eps, more_groups):
+                    if g not in bad:
+                        episodes.append(e)
+                        group_of.append(g)
+                n_groups += len(set(more_groups))
+                n_zero += len(bad)
+            trajs, samples = self._collect(episodes, group_of)
+        t_rollout = time.perf_counter() - t0
+
+        advs = adv_mod.estimate(cfg.estimator, trajs, self.acfg)
+        for s in samples:
+            s.advantage = float(advs[s.traj][s.step])
+        # Without KL a zero-advantage sample has zero gradient: skip its compute.
+        train = samples if cfg.beta > 0 else [s for s in samples if abs(s.advantage) > 1e-12]
+        metrics = self._update(train)
+        totals = np.array([adv_mod.total(t, self.acfg) for t in trajs]) if trajs else np.zeros(1)
+        t_sync = self.engine.sync(self.model, f"{self.base_id}+grpo:{self.run.id}:{step + 1}")
+        row = {"step": step + 1, "reward_mean": float(totals.mean()), "reward_std": float(totals.std()),
+               "score_mean": float(np.mean([e.score for e in episodes])) if episodes else 0.0,
+               "zero_var_frac": n_zero / max(n_groups, 1), "groups": n_groups, "episodes": len(episodes),
+               "samples": len(samples), "trained_samples": len(train),
+               "response_len": float(np.mean([len(s.completion_ids) for s in samples])) if samples else 0.0,
+               "errors": sum(1 for e in episodes if e.error),
+               "rewards": {k: float(np.mean([t.rewards.get(k, 0.0) for t in trajs]))
+                           for k in adv_mod.reward_names(trajs)},
+               **metrics, "rollout_s": t_rollout, "sync_s": t_sync}
+        row["step_s"] = time.perf_counter() - t0
+        self.run.store.add_train_steps(self.run.id, [row])
+        self.history.append(row)
+        self.progress(row)
+        return row
+
+    def _ref_ctx(self):
+        return self.model.disable_adapter() if self.cfg.lora else contextlib.nullcontext()
+
+    def _logprobs(self, model, batch: list[Sample], grad: bool, entropy: bool = False):
+        ctx = contextlib.nullcontext() if grad else torch.no_grad()
+        with ctx:
+            return completion_logprobs(model, [s.prompt_ids for s in batch], [s.completion_ids for s in batch],
+                                       chunk=self.cfg.logprob_chunk, autocast=self.cfg.autocast,
+                                       with_entropy=entropy)
+
+    def _update(self, train: list[Sample]) -> dict:
+        cfg = self.cfg
+        out = {"loss": 0.0, "kl": 0.0, "clip_frac": 0.0, "ratio_mean": 1.0, "entropy": 0.0, "grad_norm": 0.0,
+               "logprob_s": 0.0, "update_s": 0.0}
+        if not train:
+            return out
+        mbs = [train[i:i + cfg.micro_batch] for i in range(0, len(train), cfg.micro_batch)]
+        lengths = [len(s.completion_ids) for s in train]
+        weights = token_weights(lengths, cfg.loss, cfg.max_new_tokens or max(lengths))
+        wsplit = list(torch.split(weights, [sum(len(s.completion_ids) for s in mb) for mb in mbs]))
+        adv_tok = [torch.cat([torch.full((len(s.completion_ids),), s.advantage) for s in mb]) for mb in mbs]
+        t0 = time.perf_counter()
+        need_old = cfg.mu > 1 or cfg.estimator in adv_mod.TOKEN_LEVEL
+        old, old_ent, ref = [None] * len(mbs), [None] * len(mbs), [None] * len(mbs)
+        if need_old:
+            for k, mb in enumerate(mbs):
+                old[k], old_ent[k] = self._logprobs(self.model, mb, grad=False, entropy=True)
+        if cfg.beta > 0:
+            with self._ref_ctx():
+                for k, mb in enumerate(mbs):
+                    ref[k] = self._logprobs(self.ref if self.ref is not None else self.model, mb, grad=False)
+        out["logprob_s"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        wsum = float(weights.sum()) or 1.0
+        for it in range(cfg.mu):
+            self.opt.zero_grad(set_to_none=True)
+            agg = {"loss": 0.0, "kl": 0.0, "clip_frac": 0.0, "ratio_mean": 0.0, "entropy": 0.0}
+            for k, mb in enumerate(mbs):
+                lp, ent = self._logprobs(self.model, mb, grad=True, entropy=True)
+                old_lp = old[k] if old[k] is not None else lp.detach()
+                a = adv_tok[k].to(lp.device)
+                if cfg.estimator in adv_mod.TOKEN_LEVEL:
+                    a = adv_mod.taco_token_weights(old_lp, old_ent[k], a, cfg.taco_alpha, cfg.taco_lambda)
+                loss, st = policy_loss(lp, old_lp, a, wsplit[k].to(lp.device), eps_low=cfg.eps_low,
+                                       eps_high=cfg.eps_high, beta=cfg.beta, ref_logp=ref[k],
+                                       kl_estimator=cfg.kl)
+                loss.backward()
+                agg["loss"] += float(loss.detach())
+                for key in ("kl", "clip_frac", "ratio_mean"):
+                    agg[key] += st.get(key, 0.0)
+                agg["entropy"] += float((ent * wsplit[k].to(ent.device)).sum())
+            params = [p for p in self.model.parameters() if p.requires_grad]
+            gn = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+            self.opt.step()
+            if it == 0:  # report the first pass: the state the rollouts came from
+                out.update(loss=agg["loss"], kl=agg["kl"] / wsum, clip_frac=agg["clip_frac"] / wsum,
+                           ratio_mean=agg["ratio_mean"] / wsum, entropy=agg["entropy"] / wsum, grad_norm=float(gn))
+        self.opt.zero_grad(set_to_none=True)
+        out["update_s"] = time.perf_counter() - t0
+        return out
+
+    # ------------------------------------------------------------------------------- evaluate
+    def evaluate(self, split: str | None = None, per_category: int | None = None):
+        """The current policy (greedy, the program's own harness) on a held-out split."""
+        cfg = self.cfg
+        tasks = self.run.benchmark.tasks(split or cfg.eval_split, per_category=per_category or cfg.eval_per_category)
+        eps = evaluate_many([(self.ctx, tasks)], self.run.benchmark, self.engine.backend, store=self.run.store,
+                            run=self.run, purpose="grpo-eval")[0]
+        return summarize(self.ctx.program.id, split or cfg.eval_split, eps)
+
+    # ------------------------------------------------------------------------------- the loop
+    def train(self, resume: bool = False) -> dict:
+        """Train ``steps`` steps. ``resume=True`` continues this run from its newest checkpoint
+        (``save_every`` sets how often one is written): weights, optimizer, RNG and task queue, so
+        the remaining steps play the tasks and seeds they would have played."""
+        from evolver_grpo.checkpoint import latest_state, restore, save_and_commit
+
+        self.setup()
+        cfg = self.cfg
+        evals, start = [], 0
+        found = latest_state(self.run.workspace, self.run.id) if resume else None
+        if found:
+            start = restore(self, *found)
+            self.run.store.delete_train_steps(self.run.id, after=start)  # steps the killed run did not save
+            self.engine.sync(self.model, f"{self.base_id}+grpo:{self.run.id}:{start}")
+        if cfg.eval_per_category and not start:
+            evals.append({"step": 0, **self.evaluate().metrics()})
+        program = None
+        for step in range(start, cfg.steps):
+            self.run.status = f"grpo step {step + 1}/{cfg.steps}"
+            self.step(step)
+            last = step + 1 == cfg.steps
+            if cfg.eval_per_category and ((cfg.eval_every and (step + 1) % cfg.eval_every == 0) or last):
+                evals.append({"step": step + 1, **self.evaluate().metrics()})
+            if last or (cfg.save_every and (step + 1) % cfg.save_every == 0):
+                program = save_and_commit(self, step + 1, evals[-1] if evals else None)
+        return {"steps": cfg.steps, "resumed_from": start, "history": self.history, "evals": evals,
+                "program": program.id if program else None,
+                "checkpoint": program.model if program else None}
+
+
+def make_trainer(run, options: dict | None = None, **kw) -> GRPOTrainer:
+    return GRPOTrainer(run, options, **kw)

@@ -1,0 +1,244 @@
+"""The GRPO trainer end to end on a tiny random Llama: rollouts through the harness, exact token ids,
+log-prob agreement, updates, sync, checkpoints as program commits, and learning a toy reward."""
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from evolver import plugins
+from evolver.config import Config, RoleConfig
+from evolver.programs import ProgramRepo
+from evolver.run import Run
+from evolver.store import Store
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parents[2] / "tests"))
+from tinymodel import build_tiny_model  # noqa: E402
+
+from evolver_grpo.logprobs import completion_logprobs  # noqa: E402
+from evolver_grpo.trainer import GRPOTrainer  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    return build_tiny_model(tmp_path_factory.mktemp("tiny"), max_positions=2048)
+
+
+def make_run(tmp_path, tiny_dir, steps=1, categories=None, actions=False, **grpo):
+    plugins.load_local(HERE / "letterbench.py")
+    roles = {r: RoleConfig(backend="transformers", model=str(tiny_dir), options={"dtype": "fp32"})
+             for r in ("executor", "proposer", "builder", "judge")}
+    cfg = Config(benchmark="letters", benchmark_options={"steps": steps, "categories": categories, "actions": actions}, store=str(tmp_path / "store"), roles=roles,
+                 plugins={"grpo": {"max_new_tokens": 6, "autocast": False, **grpo}})
+    store = Store(tmp_path / "store" / "evolver.duckdb")
+    run = Run(cfg, store, ProgramRepo(tmp_path / "store"))
+    run.record()
+    from evolver.loop import ensure_seed
+
+    ensure_seed(run)
+    return run
+
+
+def test_two_steps_end_to_end(tmp_path, tiny_dir):
+    run = make_run(tmp_path, tiny_dir, steps=2, group_size=4, tasks_per_step=2)
+    trainer = GRPOTrainer(run, dict(run.config.plugins["grpo"], steps=2, lr=1e-3))
+    before = {k: v.clone() for k, v in trainer_model_state(run).items()}
+    summary = trainer.train()
+    rows = run.store.query("SELECT step, metrics FROM train_steps WHERE run_id = ? ORDER BY step", [run.id])[1]
+    assert [r[0] for r in rows] == [1, 2]
+    first = trainer.history[0]
+    # 2 tasks x 4 rollouts x 2 turns, every call kept as a step-wise sample
+    assert first["episodes"] == 8 and first["samples"] == 16 and first["groups"] == 2
+    assert first["ratio_mean"] == pytest.approx(1.0, abs=1e-6)  # mu = 1: the first ratio is exactly 1
+    for key in ("reward_mean", "reward_std", "zero_var_frac", "kl", "clip_frac", "entropy", "response_len",
+                "rollout_s", "logprob_s", "update_s", "sync_s"):
+        assert key in first
+    # the rollouts are ordinary episodes in the store, with their traces
+    n = run.store.query("SELECT count(*) FROM episodes WHERE run_id = ? AND purpose = 'grpo'", [run.id])[1][0][0]
+    assert n == 16
+    # the update changed the trained weights, and the engine's identity changed with them
+    after = trainer_model_state(run)
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    assert ":2" in run.backend("executor").model
+    # the checkpoint is a program commit whose manifest points at a loadable HF folder
+    prog = run.repo.manifest(summary["program"])
+    assert prog["operator"] == "grpo" and prog["model"] == summary["checkpoint"]
+    assert (run.workspace / prog["model"] / "config.json").is_file()
+    run.close()
+
+
+def trainer_model_state(run):
+    return {k: v.detach().clone() for k, v in run.backend("executor").hf_model.state_dict().items()}
+
+
+def test_rollout_logprobs_agree_with_the_learner_and_prompts_are_exact(tmp_path, tiny_dir):
+    run = make_run(tmp_path, tiny_dir)
+    trainer = GRPOTrainer(run, dict(run.config.plugins["grpo"], group_size=3))
+    trainer.setup()
+    episodes, groups = trainer.rollout(0, trainer.tasks[:2])
+    _, samples = trainer._collect(episodes, groups)
+    assert len(samples) == 6
+    backend = run.backend("executor")
+    for ep, s in zip(episodes, samples):
+        # the prompt ids are exactly what the chat template gives for the stored prompt
+        import json
+
+        from evolver.types import Message
+        msgs = [Message(**m) for m in json.loads(ep.steps[0].prompt)]
+        assert s.prompt_ids == backend.chat_ids(msgs)
+    with torch.no_grad():
+        learner = completion_logprobs(trainer.model, [s.prompt_ids for s in samples],
+                                      [s.completion_ids for s in samples])
+    rollout = torch.tensor([lp for s in samples for lp in s.rollout_logprobs])
+    assert float((learner - rollout).abs().mean()) <= 1e-4
+    # G rollouts of one task differ (own seeds)
+    assert len({tuple(s.completion_ids) for s in samples[:3]}) > 1
+    run.close()
+
+
+def test_chunked_logprobs_equal_full_softmax_with_pad_equal_to_eos(tiny_dir):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_dir))
+    prompts = [[1, 5, 2, 7, 2], [1, 9]]  # id 2 is pad AND eos, and occurs inside prompts
+    comps = [[3, 4, 2], [8, 2, 2, 6]]
+    got = completion_logprobs(model, prompts, comps, chunk=2)
+    want = []
+    for p, c in zip(prompts, comps):
+        ids = torch.tensor([p + c])
+        logits = model(input_ids=ids).logits[0].float().log_softmax(-1)
+        want += [float(logits[len(p) - 1 + j, t]) for j, t in enumerate(c)]
+    assert got.tolist() == pytest.approx(want, abs=1e-5)
+
+
+def test_checkpoint_reloads_with_identical_logprobs(tmp_path, tiny_dir):
+    from transformers import AutoModelForCausalLM
+
+    from evolver_grpo.checkpoint import save
+
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_dir))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.01 * torch.randn_like(p))
+    save(model, None, tmp_path / "ckpt")
+    again = AutoModelForCausalLM.from_pretrained(str(tmp_path / "ckpt"))
+    prompts, comps = [[1, 5, 6, 7]], [[8, 9, 2]]
+    assert torch.equal(completion_logprobs(model, prompts, comps), completion_logprobs(again, prompts, comps))
+
+
+def test_lora_trains_only_adapters_and_keeps_a_reference(tmp_path, tiny_dir):
+    run = make_run(tmp_path, tiny_dir)
+    trainer = GRPOTrainer(run, dict(run.config.plugins["grpo"], lora=True, lora_r=4, beta=0.1, lr=1e-2,
+                                    group_size=4, tasks_per_step=2))
+    trainer.setup()
+    frozen = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if not p.requires_grad}
+    lora = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
+    assert lora and all("lora" in n for n in lora)
+    row = trainer.step(0)
+    for n, p in trainer.model.named_parameters():
+        if n in frozen:
+            assert torch.equal(p, frozen[n])
+    if row["trained_samples"]:
+        assert any(not torch.equal(p, lora[n]) for n, p in trainer.model.named_parameters() if n in lora)
+    run.close()
+
+
+def test_policy_learns_the_toy_reward(tmp_path, tiny_dir):
+    """20 steps on the tiny model: the mean reward of the last steps beats the first ones."""
+    run = make_run(tmp_path, tiny_dir)
+    trainer = GRPOTrainer(run, dict(run.config.plugins["grpo"], steps=20, lr=3e-3, group_size=6, tasks_per_step=2,
+                                    beta=0.0, loss="token"))
+    trainer.train()
+    rewards = [r["score_mean"] for r in trainer.history]
+    print("score per step:", " ".join(f"{r:.2f}" for r in rewards))
+    assert sum(rewards[-5:]) / 5 > sum(rewards[:5]) / 5 + 0.05, rewards
+    run.close()
+
+
+def test_cli_train_then_eval_runs_the_checkpoint(tmp_path, tiny_dir, monkeypatch):
+    from click.testing import CliRunner
+
+    from evolver.cli import cli
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("EVOLVER_PLUGINS", "grpo")
+    plugins.reset()
+    args = ["--plugin", str(HERE / "letterbench.py"), "--store", str(tmp_path / "store"),
+            "--set=benchmark=letters", "--set=benchmark_options={}",
+            *[f"--set=roles.{r}.backend=transformers" for r in ("executor", "proposer", "builder", "judge")],
+            *[f"--set=roles.{r}.model={tiny_dir}" for r in ("executor", "proposer", "builder", "judge")]]
+    r = CliRunner().invoke(cli, args + ["train", "--steps", "2", "--set=plugins.grpo.max_new_tokens=4",
+                                        "--set=plugins.grpo.group_size=2", "--set=plugins.grpo.tasks_per_step=2",
+                                        "--set=plugins.grpo.eval_per_category=1"], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    assert "step   2" in r.output and "eval after step 2" in r.output
+    program = next(ln.split("program ")[1].split()[0] for ln in r.output.splitlines() if "committed as program" in ln)
+    r = CliRunner().invoke(cli, args + ["eval", "--program", program, "--per-category", "1"], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    assert "the program's checkpoint" in r.output and f"checkpoints" in r.output
+    r = CliRunner().invoke(cli, args + ["train", "--set=plugins.grpo.bogus=1"])
+    assert r.exit_code != 0 and "plugins.grpo.bogus" in r.output
+
+
+def test_zero_variance_groups_are_counted_and_replaced(tmp_path, tiny_dir):
+    run = make_run(tmp_path, tiny_dir, categories=["z"])
+    plain = GRPOTrainer(run, dict(run.config.plugins["grpo"], group_size=3, tasks_per_step=2, beta=0.0))
+    plain.setup()
+    row = plain.step(0)
+    assert row["zero_var_frac"] == 1.0 and row["trained_samples"] == 0 and row["reward_std"] == 0.0
+    run.close()
+    run = make_run(tmp_path / "b", tiny_dir, categories=["z", "a"])
+    dyn = GRPOTrainer(run, dict(run.config.plugins["grpo"], group_size=3, tasks_per_step=2, dynamic_sampling=True,
+                                max_resample_rounds=3, beta=0.0))
+    dyn.setup()
+    row = dyn.step(0)
+    # every group kept for training has reward spread: the all-zero "z" groups were replaced
+    assert row["groups"] > 2 and row["zero_var_frac"] > 0
+    played = {e.task.category for e in run.store.episodes(run_id=run.id)}
+    assert played == {"z", "a"} and row["trained_samples"] > 0  # z groups played, a groups trained
+    run.close()
+
+
+def test_choices_between_valid_actions_are_written_and_trained(tmp_path, tiny_dir):
+    """With valid actions listed, the harness asks for a choice; during training the policy writes
+    it (one line) and the closest option is played, and the written tokens are the sample."""
+    run = make_run(tmp_path, tiny_dir, steps=2, actions=True)
+    trainer = GRPOTrainer(run, dict(run.config.plugins["grpo"], group_size=3))
+    trainer.setup()
+    episodes, groups = trainer.rollout(0, trainer.tasks[:1])
+    _, samples = trainer._collect(episodes, groups)
+    assert len(samples) == 6
+    from letterbench import ACTIONS
+
+    assert all(s.action in ACTIONS for e in episodes for s in e.steps)
+    tok = run.backend("executor").tokenizer
+    assert all("\n" not in tok.decode(s.completion_ids[:-1]) for s in samples)  # cut at the line's end
+    run.close()
+
+
+def test_resume_continues_where_the_checkpoint_left_off(tmp_path, tiny_dir):
+    """2 steps, stop, resume to 4: the same weights as 4 uninterrupted steps, each step recorded once."""
+    def final_weights(run):
+        return {k: v.clone() for k, v in run.backend("executor").hf_model.state_dict().items()}
+    opts = dict(group_size=3, tasks_per_step=2, lr=1e-2, save_every=1, beta=0.05)
+    straight = make_run(tmp_path / "straight", tiny_dir)
+    straight.config.roles["executor"].options["prefix_cache"] = 0  # bit-identical numerics on both paths
+    GRPOTrainer(straight, dict(straight.config.plugins["grpo"], steps=4, **opts)).train()
+    want = final_weights(straight)
+    straight.close()
+
+    run = make_run(tmp_path / "resumed", tiny_dir)
+    run.config.roles["executor"].options["prefix_cache"] = 0
+    GRPOTrainer(run, dict(run.config.plugins["grpo"], steps=2, **opts)).train()
+    run.store.add_train_steps(run.id, [{"step": 3, "reward_mean": -1}])  # a step the killed run never saved
+    run.close()
+    again = Run(run.config, run.store, run.repo, run_id=run.id, resumed=True)
+    summary = GRPOTrainer(again, dict(again.config.plugins["grpo"], steps=4, **opts)).train(resume=True)
+    assert summary["resumed_from"] == 2
+    steps = [r[0] for r in again.store.query("SELECT step FROM train_steps WHERE run_id = ? ORDER BY step", [run.id])[1]]
+    assert steps == [1, 2, 3, 4]
+    got = final_weights(again)
+    assert all(torch.allclose(got[k], want[k], atol=1e-6) for k in want)
+    again.close()

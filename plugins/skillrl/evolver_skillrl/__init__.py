@@ -1,0 +1,76 @@
+"""SKILLRL for evolver: skills inside the RL loop.
+
+- a hierarchical SkillBank (general / task-specific / failure lessons) as Agent Skills folders in the
+  program repository, every change a commit (:mod:`evolver_skillrl.bank`);
+- retrieval through the ``select_skills`` hook: general skills always, task-specific ones by embedding
+  similarity, top-K above δ, within a token budget (:mod:`evolver_skillrl.retrieval`);
+- distillation of trajectories from the trace store by a teacher backend (the policy by default),
+  schema-checked with one repair call (:mod:`evolver_skillrl.distill`); gold paths seed the bank;
+- ``evolver train --sft``: cold-start SFT on skill-conditioned gold steps (:mod:`evolver_skillrl.sft`);
+- ``evolver run --proposer skillrl``: recursive bank evolution from failed training trajectories
+  (:mod:`evolver_skillrl.proposer`); ``evolver train --skillrl``: GRPO with it (:mod:`evolver_skillrl.trainer`).
+
+Imports are lazy, so loading the plugin costs ``evolver --help`` nothing.
+"""
+from __future__ import annotations
+
+import threading
+
+from evolver.hookspecs import hookimpl
+
+__version__ = "0.1.0"
+
+_RETRIEVERS: dict[tuple, object] = {}
+_LOCK = threading.Lock()
+
+
+@hookimpl
+def register_commands(cli):
+    from evolver_skillrl.cli import skillrl_group
+
+    cli.add_command(skillrl_group)
+
+
+@hookimpl
+def register_trainers(register):
+    from evolver_skillrl import sft, trainer
+
+    register("sft", sft.make_trainer, description="SKILLRL cold-start SFT: skill-conditioned gold steps "
+             "rendered by the program's harness (evolver train --sft)")
+    register("skillrl", trainer.make_trainer, description="SKILLRL: GRPO with the skill bank in every prompt and "
+             "recursive bank evolution from training failures (evolver train --skillrl)")
+
+
+@hookimpl
+def register_proposers(register):
+    from evolver_skillrl.proposer import make_proposer
+
+    register("skillrl", make_proposer, description="SKILLRL bank evolution: seed from gold, lessons from failed "
+             "training trajectories of weak categories, deduplicated")
+
+
+@hookimpl
+def select_skills(run, task, program, skills, k):
+    """General skills always, then the task's category's skills and lessons by similarity (top-K > δ,
+    token budget). Active for programs holding a SkillBank (``retrieval = "auto"``), all ("on") or none."""
+    if run is None or not skills:
+        return None
+    from evolver_skillrl.bank import bank_of
+    from evolver_skillrl.options import load_options
+
+    opts = load_options(run.config)
+    if opts.retrieval == "off" or (opts.retrieval == "auto" and not bank_of(skills)):
+        return None
+    from evolver_skillrl.embed import embedder
+    from evolver_skillrl.retrieval import Retriever
+
+    key = (program.hash, opts.embedder, opts.top_k, opts.delta, opts.token_budget, opts.same_category)
+    with _LOCK:
+        retriever = _RETRIEVERS.get(key)
+        if retriever is None:
+            retriever = Retriever(skills, embedder(opts.embedder), top_k=opts.top_k, delta=opts.delta,
+                                  token_budget=opts.token_budget, same_category=opts.same_category)
+            if len(_RETRIEVERS) > 64:
+                _RETRIEVERS.clear()
+            _RETRIEVERS[key] = retriever
+    return retriever.retrieve(task, k).skills

@@ -1,0 +1,79 @@
+"""Gold trajectories through the program's own harness.
+
+A benchmark with gold action paths (twx: ``Task.gold``) is replayed step by step in its real
+environment while the program's harness builds every prompt, exactly as it would in an episode
+(its skills chosen by the ``select_skills`` hook, its history, its observation formatting); the
+gold action is forced instead of asking a model. The result is an ordinary :class:`Episode`
+(purpose ``gold``, model ``gold``) with one step per model call the harness would have made, each
+holding the exact prompt (the chat messages as JSON). Stored in the trace store, these are the
+successful trajectories that seed the bank and the cold-start SFT data.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+from evolver.errors import EvolverError
+from evolver.harness import Action, make_harness, task_for_harness
+from evolver.types import Episode, Program, Step, Task
+
+GOLD_MODEL = "gold"
+
+
+def has_gold(task: Task) -> bool:
+    return isinstance(task.gold, list) and len(task.gold) > 0 and all(isinstance(a, str) for a in task.gold)
+
+
+def replay_gold(run, program: Program, tasks: list[Task], store: bool = True) -> list[Episode]:
+    """One gold episode per task that has a gold path (tasks without one are skipped)."""
+    if any(t.split != "train" for t in tasks):
+        raise EvolverError("gold replays are for training tasks only: pass tasks of the 'train' split")
+    harness = make_harness(run.context(program))
+    episodes = [replay(run, program, harness, t, list(t.gold)) for t in tasks if has_gold(t)]
+    if store and episodes:
+        run.store.add_episodes(episodes)
+    return episodes
+
+
+def replay_episodes(run, program: Program, episodes: list[Episode]) -> list[Episode]:
+    """Re-render successful training episodes (a teacher's, an earlier policy's) through ``program``'s
+    harness by forcing their actions, so their prompts are the ones this program would show. Not stored."""
+    if any(e.task.split != "train" for e in episodes):
+        raise EvolverError("only training episodes can be replayed into training data")
+    harness = make_harness(run.context(program))
+    out = []
+    for e in episodes:
+        actions = [s.action for s in e.steps if not s.tool_calls]
+        out.append(replay(run, program, harness, e.task, actions, model=f"replay:{e.model}"))
+    return out
+
+
+def replay(run, program: Program, harness, task: Task, actions: list[str], model: str = GOLD_MODEL) -> Episode:
+    """Play ``actions`` in the task's environment while ``harness`` renders every prompt."""
+    ep = Episode(task=task, program_id=program.id, program_hash=program.hash, model=model, seed=0,
+                 run_id=run.id, purpose="gold")
+    env = run.benchmark.env(task)
+    try:
+        obs = env.reset()
+        state = harness.start(task_for_harness(task), obs)
+        for action in actions:
+            if obs.done:
+                break
+            request = harness.next_call(state, obs)
+            if request is None:
+                break
+            prompt = json.dumps([asdict(m) for m in request.messages], ensure_ascii=False)
+            obs = env.step(action)
+            ep.steps.append(Step(index=len(ep.steps), prompt=prompt, output=action, action=action,
+                                 observation=obs.text, reward=obs.score))
+            harness.observe(state, Action(env_action=action, output=action), obs.text)
+            ep.prediction = action
+        ep.score = max(0.0, min(1.0, float(obs.score)))
+        ep.won = bool(obs.info.get("won", ep.score >= 1.0))
+        ep.rewards = {"score": ep.score}
+    except Exception as exc:  # one task's failure is that episode's error, never the whole replay
+        ep.error = f"gold replay failed: {exc!r}"
+        ep.score, ep.won = 0.0, False
+    finally:
+        env.close()
+    return ep

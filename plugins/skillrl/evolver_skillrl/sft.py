@@ -1,0 +1,203 @@
+"""Cold-start SFT (``evolver train --sft``): teach the policy to act with skills in its prompt.
+
+1. **Bank.** The program's skill bank; when it has none (and ``seed_bank``), one seeded from gold
+   trajectories of training tasks is committed first, so the prompts hold skills.
+2. **Data.** Successful training trajectories (gold paths, and/or successful training episodes from
+   the trace store) replayed through the program's harness: every step's prompt is exactly what the
+   harness renders (its retrieved skills, history and observation format), and the target is the
+   action as written text plus the end-of-turn token (write-the-action mode). Dev and test never
+   contribute.
+3. **Fine-tune.** Cross-entropy on the completion tokens (log-probs chunked, as in the GRPO trainer),
+   AdamW, bf16 autocast, mini-batches; every optimizer step's loss goes to ``train_steps``.
+4. **Checkpoint.** An HF folder under ``<workspace>/checkpoints/<run>/sft``, committed as a child
+   program whose manifest ``model`` points at it (the GRPO trainer's format).
+"""
+from __future__ import annotations
+
+import json
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from evolver.errors import EvolverError
+from evolver.evaluate import evaluate_many, summarize
+from evolver.types import Episode, Message
+from evolver_skillrl.bank import commit_bank, load_bank
+from evolver_skillrl.options import load_options, load_sft
+from evolver_skillrl.replay import has_gold, replay_episodes, replay_gold
+
+
+@dataclass
+class SFTSample:
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    task_id: str
+
+
+def samples_from(episodes: list[Episode], backend, max_prompt_tokens: int) -> tuple[list[SFTSample], int]:
+    """One sample per model call of each episode; returns (samples, dropped for length)."""
+    out, dropped = [], 0
+    end = getattr(backend, "end_id", None)
+    for ep in episodes:
+        for step in ep.steps:
+            if not step.action or step.tool_calls:
+                continue
+            messages = [Message(**m) for m in json.loads(step.prompt)]
+            prompt = backend.chat_ids(messages)
+            completion = list(backend.tokenizer(step.action, add_special_tokens=False)["input_ids"])
+            completion += [end] if end is not None else []
+            if len(prompt) > max_prompt_tokens:
+                dropped += 1
+                continue
+            out.append(SFTSample(prompt, completion, ep.task.id))
+    return out, dropped
+
+
+class SFTTrainer:
+    def __init__(self, run, options: dict | None = None, engine=None, progress=None):
+        self.run = run
+        self.cfg = load_sft(options if options is not None else run.config.plugins.get("sft", {}))
+        self.bank_options = load_options(run.config)
+        self._engine = engine
+        self.progress = progress or (lambda row: None)
+        self.history: list[dict] = []
+
+    # ---------------------------------------------------------------------------------- data
+    def prepare_program(self):
+        """The program whose harness and bank condition the prompts (seeding a bank if asked)."""
+        run, cfg = self.run, self.cfg
+        program = run.repo.checkout(cfg.program)
+        if cfg.seed_bank and not load_bank(program.root):
+            from evolver_skillrl.proposer import seed_from_gold
+
+            evo, gold = seed_from_gold(run, program, self.bank_options)
+            if evo.entries:
+                program = commit_bank(run, program, evo.entries, f"seed the bank from {len(gold)} gold trajectories",
+                                      operator="seed-bank", forbidden=sorted({e.task.id for e in gold}),
+                                      sequences=[list(e.task.gold) for e in gold if has_gold(e.task)],
+                                      inject=self.bank_options.top_k, detail={"stats": evo.stats})
+        return program
+
+    def trajectories(self, program) -> list[Episode]:
+        run, cfg = self.run, self.cfg
+        eps: list[Episode] = []
+        if cfg.source in ("gold", "both"):
+            tasks = run.benchmark.tasks("train", per_category=cfg.per_category)
+            eps += [e for e in replay_gold(run, program, tasks) if e.won and not e.error]
+        if cfg.source in ("store", "both"):
+            stored = [e for e in run.store.episodes(split="train", min_score=cfg.min_score, with_steps=True)
+                      if e.purpose in ("train", "grpo") and not e.error]
+            per: dict[str, int] = {}
+            chosen = []
+            for e in stored:  # at most per_category successful episodes per category
+                if per.get(e.task.category, 0) < cfg.per_category:
+                    per[e.task.category] = per.get(e.task.category, 0) + 1
+                    chosen.append(e)
+            eps += [e for e in replay_episodes(run, program, chosen) if e.score >= cfg.min_score and not e.error]
+        if not eps:
+            raise EvolverError(f"no successful training trajectories for SFT (source {cfg.source!r}): the benchmark "
+                               f"{run.config.benchmark!r} may have no gold paths; try --set plugins.sft.source=store "
+                               "after a run that played training episodes")
+        return eps
+
+    # ---------------------------------------------------------------------------------- train
+    def setup(self) -> None:
+        from evolver_grpo.engines import make_engine
+
+        torch.manual_seed(self.cfg.seed)
+        self.engine = self._engine or make_engine(self.run, self.cfg.engine)
+        self.model = self.engine.learner()
+        self.model.eval()  # no dropout: the loss is over exactly the tokens the policy will produce
+        self.base_id = getattr(self.engine.backend, "_base_model", self.engine.backend.model)
+        self.program = self.prepare_program()
+        self.ctx = self.run.context(self.program)
+        self.episodes = self.trajectories(self.program)
+        self.samples, self.dropped = samples_from(self.episodes, self.engine.backend, self.cfg.max_prompt_tokens)
+        if not self.samples:
+            raise EvolverError(f"every SFT sample was longer than max_prompt_tokens={self.cfg.max_prompt_tokens}; "
+                               "raise it with --set plugins.sft.max_prompt_tokens=N")
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        self.opt = torch.optim.AdamW(params, lr=self.cfg.lr, weight_decay=self.cfg.weight_decay)
+
+    def batches(self):
+        order = list(range(len(self.samples)))
+        rng = random.Random(self.cfg.seed)
+        for _ in range(self.cfg.epochs):
+            rng.shuffle(order)
+            for i in range(0, len(order), self.cfg.batch_size):
+                yield [self.samples[j] for j in order[i:i + self.cfg.batch_size]]
+
+    def step(self, n: int, batch: list[SFTSample]) -> dict:
+        from evolver_grpo.logprobs import completion_logprobs
+
+        t0 = time.perf_counter()
+        self.opt.zero_grad(set_to_none=True)
+        lp = completion_logprobs(self.model, [s.prompt_ids for s in batch], [s.completion_ids for s in batch],
+                                 chunk=self.cfg.logprob_chunk, autocast=self.cfg.autocast)
+        loss = -lp.mean()  # token-level cross-entropy over the batch
+        loss.backward()
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        gn = torch.nn.utils.clip_grad_norm_(params, self.cfg.max_grad_norm)
+        self.opt.step()
+        row = {"step": n, "loss": float(loss.detach()), "grad_norm": float(gn), "samples": len(batch),
+               "tokens": int(lp.numel()), "step_s": time.perf_counter() - t0, "trainer": "sft"}
+        self.history.append(row)
+        self.progress(row)
+        return row
+
+    def evaluate(self) -> dict:
+        cfg = self.cfg
+        tasks = self.run.benchmark.tasks(cfg.eval_split, per_category=cfg.eval_per_category)
+        eps = evaluate_many([(self.ctx, tasks)], self.run.benchmark, self.engine.backend, store=self.run.store,
+                            run=self.run, purpose="sft-eval")[0]
+        ev = summarize(self.program.id, cfg.eval_split, eps)
+        return {**ev.metrics(), "per_category": ev.per_category}
+
+    def train(self, resume: bool = False) -> dict:
+        if resume:
+            raise EvolverError("evolver train --sft cannot resume (one short pass over the data): start it again")
+        self.setup()
+        cfg, run = self.cfg, self.run
+        evals = []
+        if cfg.eval_per_category:
+            evals.append({"step": 0, **self.evaluate()})
+        n = 0
+        for batch in self.batches():
+            if cfg.steps is not None and n >= cfg.steps:
+                break
+            n += 1
+            run.status = f"sft step {n}"
+            self.step(n, batch)
+        run.store.add_train_steps(run.id, self.history)
+        self.engine.sync(self.model, f"{self.base_id}+sft:{run.id}:{n}")
+        if cfg.eval_per_category:
+            evals.append({"step": n, **self.evaluate()})
+        program = commit_checkpoint(self, n, "sft", f"cold-start SFT on {len(self.samples)} skill-conditioned steps "
+                                                   f"from {len(self.episodes)} trajectories, {n} steps")
+        return {"steps": n, "history": self.history, "evals": evals, "samples": len(self.samples),
+                "dropped": self.dropped, "trajectories": len(self.episodes), "program": program.id,
+                "checkpoint": program.model, "bank_program": self.program.id}
+
+
+def commit_checkpoint(trainer, step: int, operator: str, message: str):
+    """Save the trainer's model as an HF folder and commit it as a child of ``trainer.program``."""
+    from evolver_grpo.checkpoint import save
+
+    run = trainer.run
+    rel = Path("checkpoints") / run.id / f"{operator}-step-{step}"
+    save(trainer.model, getattr(trainer.engine.backend, "tokenizer", None), run.workspace / rel)
+    parent = trainer.program
+    cid = f"{operator}-{run.id}-s{step}"
+    run.repo.new_candidate(cid, parent.commit)
+    manifest = {"parent": parent.id, "operator": operator, "model": rel.as_posix(), "proposal": message[:200]}
+    program = run.repo.commit_candidate(cid, manifest, f"{operator}: {message}")
+    run.repo.remove_worktree(cid)
+    run.store.add_program(program.id, run.id, program.commit, program.hash, parent.id, operator, None, manifest)
+    return program
+
+
+def make_trainer(run, options: dict | None = None, **kw) -> SFTTrainer:
+    return SFTTrainer(run, options, **kw)

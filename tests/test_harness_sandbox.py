@@ -1,0 +1,181 @@
+"""A candidate's harness in a sandboxed subprocess (evolver.harness_sandbox), the audit of harness code
+that recognises particular tasks (evolver.checks.audit_harness_code), and the evaluation budget."""
+import shutil
+from pathlib import Path
+
+import pytest
+
+from evolver.checks import audit_harness_code
+from evolver.evaluate import HarnessTimeout, evaluate_many
+from evolver.harness import SEED_DIR, program_context
+from evolver.harness_sandbox import RemoteHarnessError, SandboxedHarness
+from evolver.skills import write_skill
+from evolver.types import ChoiceResult, GenResult, Observation, Program, Task
+
+SEED = (SEED_DIR / "harness" / "harness.py").read_text()
+
+
+def program(tmp_path, code: str = SEED, name: str = "p") -> Program:
+    root = tmp_path / name
+    (root / "harness").mkdir(parents=True)
+    (root / "harness" / "harness.py").write_text(code)
+    (root / "prompt.md").write_text("Play well.")
+    write_skill(root / "skills", "open-doors", "Use when a door is closed.", "1. Open it.")
+    write_skill(root / "skills", "cook-food", "Use when cooking a meal.", "1. Read the cookbook.")
+    return Program(name, "c0ffee", str(root), "h" + name)
+
+
+def with_next_call(body: str) -> str:
+    return SEED.replace("    def next_call(self, state, obs):\n", f"    def next_call(self, state, obs):\n{body}")
+
+
+def test_plays_like_the_in_process_harness_and_asks_the_evaluator_for_skills(tmp_path):
+    ctx = program_context(program(tmp_path))
+    chosen = []
+
+    def select(task, k):  # stands in for the select_skills hook: it must be the evaluator's that runs
+        chosen.append((task.id, k, task.gold))
+        return [s for s in ctx.skills if s.name == "cook-food"][:k]
+    ctx.select_skills = select
+    h = SandboxedHarness(ctx)
+    try:
+        task = Task("t1", "b", "train", "cooking", prompt="Make a meal.", gold="SECRET")
+        state = h.start(task, Observation("A kitchen."))
+        assert chosen == [("t1", 2, None)]  # the harness never sees the gold answer
+        req = h.next_call(state, Observation("A kitchen.", actions=["open fridge", "look"]))
+        assert req.options == ["open fridge", "look"] and "## Skill: cook-food" in req.messages[0].content
+        action = h.parse(state, Observation("A kitchen."), req, ChoiceResult(index=1, scores=[0.0, 1.0]))
+        assert action.env_action == "look"
+        h.observe(state, action, "You see a fridge.")
+        req = h.next_call(state, Observation("Now?", actions=["open fridge", "look"]))
+        assert req.options == ["open fridge"]  # its memory (the recent action) lives in the child
+        assert h.next_call(state, Observation("", done=True)) is None
+    finally:
+        h.close()
+
+
+def test_an_exception_comes_back_with_the_childs_traceback(tmp_path):
+    h = SandboxedHarness(program_context(program(tmp_path, with_next_call("        raise ValueError('bad state')\n"))))
+    try:
+        state = h.start(Task("t", "b", "train", "c"), Observation("x"))
+        with pytest.raises(RemoteHarnessError) as err:
+            h.next_call(state, Observation("x"))
+        assert repr(err.value) == "ValueError('bad state') (in the sandboxed harness)"
+        assert "Traceback" in str(err.value) and "in next_call" in str(err.value)
+    finally:
+        h.close()
+
+
+def test_time_memory_and_network_limits(tmp_path, monkeypatch):
+    import evolver.evaluate
+    monkeypatch.setattr(evolver.evaluate, "HARNESS_CALL_S", 1.0)
+    hang = SandboxedHarness(program_context(program(tmp_path, with_next_call("        while True:\n            pass\n"), "hang")))
+    state = hang.start(Task("t", "b", "train", "c"), Observation("x"))
+    with pytest.raises(HarnessTimeout, match="longer than 1s .*sandboxed"):
+        hang.next_call(state, Observation("x"))
+    assert not hang.session.alive()  # killed, not left spinning
+    with pytest.raises(RemoteHarnessError, match="no longer running"):
+        hang.next_call(state, Observation("x"))
+    hang.close()
+
+    hog = SandboxedHarness(program_context(program(tmp_path, with_next_call("        self.big = bytearray(1 << 31)\n"), "hog")),
+                           memory_mb=512)
+    try:
+        state = hog.start(Task("t", "b", "train", "c"), Observation("x"))
+        with pytest.raises(RemoteHarnessError, match="MemoryError"):
+            hog.next_call(state, Observation("x"))
+    finally:
+        hog.close()
+
+    net = with_next_call("        import socket\n        socket.create_connection(('1.1.1.1', 80), timeout=2)\n")
+    talker = SandboxedHarness(program_context(program(tmp_path, net, "net")))
+    try:
+        state = talker.start(Task("t", "b", "train", "c"), Observation("x"))
+        with pytest.raises(RemoteHarnessError, match="Error"):  # OSError / PermissionError, never a connection
+            talker.next_call(state, Observation("x"))
+    finally:
+        talker.close()
+
+
+def test_evaluate_many_plays_a_sandboxed_smoke_episode(tmp_path):
+    import toybench
+    from evolver.backends.scripted import ScriptedBackend
+
+    ctx = program_context(program(tmp_path))
+    made = []
+
+    def factory(c):
+        made.append(SandboxedHarness(c))
+        return made[-1]
+    backend = ScriptedBackend(rule=toybench.make_rule())
+    tasks = toybench.UpperBench().tasks("train", per_category=1)
+    try:
+        (eps,) = evaluate_many([(ctx, tasks)], toybench.UpperBench(), backend, harness_factory=factory)
+    finally:
+        for h in made:
+            h.close()
+    assert len(made) == 1 and [e.error for e in eps] == [None, None]
+    assert [e.steps[0].action for e in eps] == [t.gold.lower() for t in tasks] and eps[0].prompt_tokens > 0
+    assert len(backend.calls) == 2  # the model ran here, in the evaluator, once per episode
+
+
+def test_audit_rejects_harness_code_that_recognises_particular_tasks(tmp_path):
+    parent = tmp_path / "parent"
+    shutil.copytree(Path(program(tmp_path, name="base").root), parent)
+    cases = {
+        "reads gold": ("        return state['task'].gold\n", "reads a gold answer: `state['task'].gold`"),
+        "getattr": ("        x = getattr(state['task'], 'seed')\n", "reads a task's seed"),
+        "seed": ("        if self.task.seed > 3:\n            return None\n", "reads a task's seed: `self.task.seed`"),
+        "id compare": ("        if state['task'].id in ('twx/a/dev/1', 'twx/a/dev/2'):\n            return None\n",
+                       "compares a task id with a literal"),
+        "id table": ("        hint = HINTS[state['task'].id]\n", "looks up a table by task id"),
+    }
+    for name, (body, expected) in cases.items():
+        cand = tmp_path / name.replace(" ", "-")
+        shutil.copytree(parent, cand)
+        (cand / "harness" / "harness.py").write_text(with_next_call(body))
+        reason = audit_harness_code(cand, parent)
+        assert reason.startswith("harness names particular tasks: harness/harness.py") and expected in reason, name
+    # fine: its own RNG seeded, task ids as per-episode memory keys of its own, the parent's own code
+    ok = with_next_call("        import random\n        random.seed(0)\n        self.seen = {state['task'].category: 1}\n")
+    (parent / "harness" / "harness.py").write_text(ok)
+    assert audit_harness_code(parent, None) == ""
+    (parent / "harness" / "harness.py").write_text(with_next_call("        return state['task'].gold\n"))
+    assert audit_harness_code(parent, parent) == ""  # what the parent already had is not held against it
+
+
+def test_the_evaluation_budget_stops_the_search(tmp_path):
+    from evolver.config import Config
+    from evolver.loop import _budget_exhausted
+    from evolver.run import Run
+    from evolver.store import Store
+
+    store = Store(tmp_path / "e.duckdb")
+    try:
+        cfg = Config(store=str(tmp_path), loop={"max_episodes": 3})
+        run = Run(cfg, store, repo=None)
+        run.record()
+        assert _budget_exhausted(run, idle=0, typical_iteration_s=0) == ""
+        eps = [evolver_episode(run.id, i) for i in range(3)]
+        store.add_episodes(eps)
+        assert _budget_exhausted(run, idle=0, typical_iteration_s=0) == \
+            "evaluation budget of 3 episodes spent (3 played)"
+    finally:
+        store.close()
+
+
+def evolver_episode(run_id: str, i: int):
+    from evolver.types import Episode
+    return Episode(task=Task(f"t{i}", "b", "dev", "c"), program_id="seed", program_hash="h", model="m", seed=0,
+                   run_id=run_id, score=0.0)
+
+
+def test_gen_results_survive_the_pipe():
+    from evolver.harness_sandbox import decode_request, decode_result, encode_request, encode_result
+    from evolver.types import GenRequest, Message
+    req = GenRequest(messages=[Message("user", "hi")], max_tokens=7, stop=["\n"])
+    assert decode_request(encode_request(req)) == req
+    res = GenResult(text="ok", prompt_tokens=3)
+    assert decode_result(encode_result(res)) == res
+    choice = ChoiceResult(index=1, scores=[0.1, 0.9])
+    assert decode_result(encode_result(choice)) == choice
