@@ -26,6 +26,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--per-category", type=int, default=2)
     ap.add_argument("--max-steps", type=int, default=6)
+    ap.add_argument("--actions", default="choose,generate", help="action modes to measure (comma-separated)")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="evolver-bench-"))
     cfg = Config(store=str(tmp), benchmark_options={"suite": "twx-easy", "max_steps": args.max_steps})
@@ -38,12 +39,13 @@ def main() -> None:
     harness_file = Path(seed.root) / "harness" / "harness.py"
     original = harness_file.read_text()
     rows = []
-    fast = [("choose", "batched", len(tasks), "choose"), ("choose", "one at a time", 1, "choose"),
-            ("generate", "batched", len(tasks), "choose"), ("generate", "one at a time", 1, "choose")]
+    modes = args.actions.split(",")
+    fast = [(m, label, n, "choose") for m in ("choose", "generate") if m in modes
+            for label, n in (("batched", len(tasks)), ("one at a time", 1))]
     # Two passes over the fast rows, keeping each row's best: the first runs after start-up are slow
     # (kernel selection for new shapes), and a single pass measured mostly the order of the rows.
     # The naive row (one full forward pass per option) runs once: it is 25x slower anyway.
-    plans = fast + fast + [("choose", "naive, one at a time", 1, "choose_naive")]
+    plans = fast + fast + ([("choose", "naive, one at a time", 1, "choose_naive")] if "choose" in modes else [])
     for mode, label, max_live, method in plans:
         harness_file.write_text(original.replace("CHOOSE_ACTIONS = True", f"CHOOSE_ACTIONS = {mode == 'choose'}"))
         seed.hash = stable_hash(mode, label, time.time())  # a fresh cache key: nothing is served from the store
@@ -74,10 +76,12 @@ def main() -> None:
     for r in rows:
         print(f"{r[0]:9} {r[1]:22} {r[2]:8d} {r[3]:6d} {r[4]:7.1f} {r[5]:7.1f} {r[6]:15.1f} {r[7]:6.3f}")
     by = {(r[0], r[1]): r for r in rows}
-    for mode in ("choose", "generate"):
+    for mode in modes:
         b, s = by[(mode, "batched")], by[(mode, "one at a time")]
         print(f"{mode}: batched / one at a time = {b[5] / s[5]:.2f}x episodes per minute")
-    print(f"choose: batched / naive one at a time = {by[('choose', 'batched')][5] / by[('choose', 'naive, one at a time')][5]:.1f}x")
+    if "choose" in modes:
+        naive = by[("choose", "naive, one at a time")]
+        print(f"choose: batched / naive one at a time = {by[('choose', 'batched')][5] / naive[5]:.1f}x")
 
 
 if __name__ == "__main__":
