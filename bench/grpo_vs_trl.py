@@ -143,7 +143,7 @@ def main() -> None:
         results[side] = json.loads(line[7:])
     print(f"GRPO step, SmolLM2-135M fp32, G={args.group}, {args.prompts} prompts/step, <= {args.tokens} new tokens, "
           f"beta={args.beta}, loss grpo/sequence; median of {args.steps} steps after 1 warm-up\n")
-    print(f"| side | step s | mean completion tokens | peak RSS MB |\n|---|---|---|---|")
+    print("| side | step s | mean completion tokens | peak RSS MB |\n|---|---|---|---|")
     for side, r in results.items():
         print(f"| {side} | {r['step_s']:.2f} | {r['response_len']:.1f} | {r['peak_rss_mb']:.0f} |")
     o, t = results["ours"], results["trl"]

@@ -131,8 +131,7 @@ def eval_cmd(obj: Ctx, benchmark, suite, split, per_category, program_ref, backe
         run = Run(config, store, repo, run_id="eval-" + time.strftime("%Y%m%d-%H%M%S"))
         run.record()
         ensure_seed(run)
-        ref = program_ref if program_ref != "best" or "best" in repo.tags("") else "seed"
-        program = repo.checkout(ref)
+        program = repo.checkout(program_ref_or_seed(repo, program_ref))
         tasks = run.benchmark.tasks(split, per_category=per_category)
         click.echo(f"playing {len(tasks)} {split} tasks of {config.benchmark} with program {program.id} "
                    f"(skills: {', '.join(modes)})", err=True)
@@ -159,12 +158,17 @@ def eval_cmd(obj: Ctx, benchmark, suite, split, per_category, program_ref, backe
     click.echo(f"traces: evolver traces --run {run.id}   (one: evolver traces --episode {first})")
 
 
+def program_ref_or_seed(repo, ref: str) -> str:
+    """``best`` before any run has tagged a best program means the seed."""
+    return ref if ref != "best" or "best" in repo.tags("") else "seed"
+
+
 def program_checkpoint(repo, ref: str, config: Config) -> str | None:
     """The checkpoint folder a program's manifest names (``model``, relative to the workspace), if any."""
     if not repo.exists:
         return None
     try:
-        model = repo.manifest(ref if ref != "best" or "best" in repo.tags("") else "seed").get("model")
+        model = repo.manifest(program_ref_or_seed(repo, ref)).get("model")
     except EvolverError:
         return None
     if not model:
@@ -205,12 +209,11 @@ def train(obj: Ctx, trainer_name, sft, skillrl, steps, program_ref, resume, over
     with store:
         run_id = "train-" + time.strftime("%Y%m%d-%H%M%S")
         if resume:
-            rows = store.query("SELECT run_id, config FROM runs WHERE run_id LIKE 'train-%' AND status IN "
-                               "('running', 'failed') ORDER BY created_at DESC LIMIT 1")[1]
-            if not rows:
+            row = store.latest_run(status=("running", "failed"), prefix="train-")
+            if row is None:
                 raise EvolverError("no unfinished training run to resume in this store; start one with `evolver train`")
-            run_id = rows[0][0]
-            config = Config.model_validate(json.loads(rows[0][1]) if isinstance(rows[0][1], str) else rows[0][1])
+            run_id = row["run_id"]
+            config = Config.model_validate(row["config"])
             store.update_run(run_id, status="running")
         run = Run(config, store, repo, run_id=run_id, resumed=resume)
         run.record()

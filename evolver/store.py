@@ -323,10 +323,12 @@ class Store:
                      [_now(), status, None if summary is None else dumps(summary), run_id])
 
     @_locked
-    def latest_run(self, status: str | None = None) -> dict | None:
-        """The newest run (with that status, when given)."""
-        rows = self._dicts("SELECT * FROM runs WHERE (? IS NULL OR status = ?) "
-                           "ORDER BY created_at DESC, rowid DESC LIMIT 1", [status, status])
+    def latest_run(self, status: str | tuple[str, ...] | None = None, prefix: str = "") -> dict | None:
+        """The newest run (with that status or one of those statuses, and that id prefix, when given)."""
+        statuses = [status] if isinstance(status, str) else list(status or [])
+        rows = self._dicts("SELECT * FROM runs WHERE (len($1::VARCHAR[]) = 0 OR list_contains($1, status)) "
+                           "AND starts_with(run_id, $2) ORDER BY created_at DESC, rowid DESC LIMIT 1",
+                           [statuses, prefix])
         return rows[0] if rows else None
 
     @_locked

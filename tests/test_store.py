@@ -262,6 +262,10 @@ def test_runs(store):
     assert r1["updated_at"] >= r1["created_at"]
     assert store.latest_run()["run_id"] == "r2"
     assert store.latest_run(status="finished")["run_id"] == "r1"
+    store.create_run("train-1", "twx", {})
+    store.update_run("train-1", status="failed")
+    assert store.latest_run(status=("running", "failed"), prefix="train-")["run_id"] == "train-1"
+    assert store.latest_run(status="running", prefix="train-") is None
     with pytest.raises(StoreLookupError):
         store.update_run("nope", status="x")
     assert store.query("SELECT config->>'$.model' FROM runs WHERE run_id = 'r1'")[1] == [("smollm2",)]

@@ -22,7 +22,6 @@ import contextlib
 import copy
 import random
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -188,11 +187,14 @@ class GRPOTrainer:
         wsplit = list(torch.split(weights, [sum(len(s.completion_ids) for s in mb) for mb in mbs]))
         adv_tok = [torch.cat([torch.full((len(s.completion_ids),), s.advantage) for s in mb]) for mb in mbs]
         t0 = time.perf_counter()
-        need_old = cfg.mu > 1 or cfg.estimator in adv_mod.TOKEN_LEVEL
+        token_level = cfg.estimator in adv_mod.TOKEN_LEVEL  # needs the old policy's entropies too
         old, old_ent, ref = [None] * len(mbs), [None] * len(mbs), [None] * len(mbs)
-        if need_old:
+        if cfg.mu > 1 or token_level:
             for k, mb in enumerate(mbs):
-                old[k], old_ent[k] = self._logprobs(self.model, mb, grad=False, entropy=True)
+                if token_level:
+                    old[k], old_ent[k] = self._logprobs(self.model, mb, grad=False, entropy=True)
+                else:
+                    old[k] = self._logprobs(self.model, mb, grad=False)
         if cfg.beta > 0:
             with self._ref_ctx():
                 for k, mb in enumerate(mbs):
@@ -207,7 +209,7 @@ class GRPOTrainer:
                 lp, ent = self._logprobs(self.model, mb, grad=True, entropy=True)
                 old_lp = old[k] if old[k] is not None else lp.detach()
                 a = adv_tok[k].to(lp.device)
-                if cfg.estimator in adv_mod.TOKEN_LEVEL:
+                if token_level:
                     a = adv_mod.taco_token_weights(old_lp, old_ent[k], a, cfg.taco_alpha, cfg.taco_lambda)
                 loss, st = policy_loss(lp, old_lp, a, wsplit[k].to(lp.device), eps_low=cfg.eps_low,
                                        eps_high=cfg.eps_high, beta=cfg.beta, ref_logp=ref[k],

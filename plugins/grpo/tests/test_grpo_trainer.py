@@ -177,7 +177,7 @@ def test_cli_train_then_eval_runs_the_checkpoint(tmp_path, tiny_dir, monkeypatch
     program = next(ln.split("program ")[1].split()[0] for ln in r.output.splitlines() if "committed as program" in ln)
     r = CliRunner().invoke(cli, args + ["eval", "--program", program, "--per-category", "1"], catch_exceptions=False)
     assert r.exit_code == 0, r.output
-    assert "the program's checkpoint" in r.output and f"checkpoints" in r.output
+    assert "the program's checkpoint" in r.output and "checkpoints" in r.output
     r = CliRunner().invoke(cli, args + ["train", "--set=plugins.grpo.bogus=1"])
     assert r.exit_code != 0 and "plugins.grpo.bogus" in r.output
 
