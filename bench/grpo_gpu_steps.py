@@ -1,7 +1,8 @@
-"""A few GRPO steps with the vLLM rollout engine on a GPU (called by bench/gpu_check.sh): per-step
-time split (rollout, log-probs, update, weight sync) and rollout tokens/s.
+"""A few GRPO steps on a GPU (called by bench/gpu_check.sh): per-step time split (rollout,
+log-probs, update, weight sync) and rollout tokens/s, on the zero-dependency ``basic`` benchmark's
+single-turn arithmetic tasks. The engine is vLLM when it is installed, else transformers on the GPU.
 
-    python bench/grpo_gpu_steps.py [--steps 3] [--group 8] [--prompts 4] [--tokens 128]
+    python bench/grpo_gpu_steps.py [--steps 3] [--group 8] [--prompts 4] [--tokens 128] [--engine auto]
 """
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("EVOLVER_PLUGINS", "reasoning-gym,grpo")
+os.environ.setdefault("EVOLVER_PLUGINS", "")  # the trainer is imported directly: no plugin needed
 
 
 def main() -> None:
@@ -20,8 +21,15 @@ def main() -> None:
     ap.add_argument("--group", type=int, default=8)
     ap.add_argument("--prompts", type=int, default=4)
     ap.add_argument("--tokens", type=int, default=128)
-    ap.add_argument("--engine", default="vllm")
+    ap.add_argument("--engine", default="auto", help="vllm, transformers or auto (vllm when importable)")
+    ap.add_argument("--lora", action="store_true")
+    ap.add_argument("--dtype", default="bf16", help="engine dtype: bf16 (autocast) or fp32")
+    ap.add_argument("--rollout-batch", type=int, default=0, help="episodes per lockstep (0: the whole step)")
     args = ap.parse_args()
+    if args.engine == "auto":
+        import importlib.util
+
+        args.engine = "vllm" if importlib.util.find_spec("vllm") else "transformers"
     from evolver.config import Config
     from evolver.loop import ensure_seed
     from evolver.programs import ProgramRepo
@@ -30,15 +38,22 @@ def main() -> None:
     from evolver_grpo.trainer import GRPOTrainer
 
     tmp = Path(tempfile.mkdtemp(prefix="gpu-grpo-"))
-    cfg = Config(store=str(tmp), benchmark="reasoning-gym", benchmark_options={"datasets": ["gsm_symbolic"], "size": 64},
-                 roles={"executor": {"backend": args.engine, "options": {"dtype": "bf16"}}},
-                 plugins={"grpo": {"group_size": args.group, "tasks_per_step": args.prompts,
-                                   "max_new_tokens": args.tokens, "autocast": True, "micro_batch": 32}})
+    cfg = Config(store=str(tmp), benchmark="basic", benchmark_options={"categories": ["arithmetic"]},
+                 roles={"executor": {"backend": args.engine, "options": {"dtype": args.dtype, "max_batch": 256}}},
+                 plugins={"grpo": {"group_size": args.group, "tasks_per_step": args.prompts, "lora": args.lora,
+                                   "max_new_tokens": args.tokens, "autocast": args.dtype == "bf16", "micro_batch": 32,
+                                   "rollout_batch": args.rollout_batch}})
     run = Run(cfg, Store(tmp / "evolver.duckdb"), ProgramRepo(tmp))
     run.record()
     ensure_seed(run)
     trainer = GRPOTrainer(run, run.config.plugins["grpo"])
     trainer.setup()
+    import torch
+
+    dev = next(trainer.model.parameters()).device
+    print(f"engine {args.engine}, learner on {dev}, G={args.group}, {args.prompts} prompts/step, "
+          f"<= {args.tokens} new tokens, lora={args.lora}, {args.dtype}, "
+          f"rollout batch {args.rollout_batch or args.group * args.prompts}")
     print("| step | step s | rollout s | log-probs s | update s | sync s | completion tokens | rollout tok/s | reward |")
     print("|---|---|---|---|---|---|---|---|---|")
     for step in range(args.steps):
@@ -46,6 +61,8 @@ def main() -> None:
         toks = r["response_len"] * r["samples"]
         print(f"| {r['step']} | {r['step_s']:.2f} | {r['rollout_s']:.2f} | {r['logprob_s']:.2f} | {r['update_s']:.2f} "
               f"| {r['sync_s']:.2f} | {toks:.0f} | {toks / max(r['rollout_s'], 1e-9):.0f} | {r['reward_mean']:.3f} |")
+    if dev.type == "cuda":
+        print(f"peak GPU memory: {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB")
     run.close()
 
 

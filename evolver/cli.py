@@ -267,7 +267,9 @@ def run(obj: Ctx, resume, proposer_names, iterations, overrides):
     with store:
         run_id = None
         if resume:
-            row = store.latest_run(status="running")
+            from evolver.run import LOOP_RUN_ID
+
+            row = store.latest_run(status="running", pattern=LOOP_RUN_ID)
             if row is None:
                 raise EvolverError("no unfinished run to resume in this store; start one with `evolver run`")
             config = Config.model_validate(row["config"])

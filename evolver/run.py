@@ -19,6 +19,10 @@ from evolver.frontier import Frontier
 from evolver.harness import ProgramContext, program_context
 from evolver.types import GenRequest, GenResult, Program
 
+# Ids of runs the loop starts (``evolver run``); eval-, train-, init and plugin runs are named otherwise,
+# so `evolver run --resume` never picks up a killed training or evaluation run.
+LOOP_RUN_ID = r"\d{8}-\d{6}-[0-9a-f]{4}"
+
 
 class CountingBackend(Backend):
     """Wraps a backend to count the tokens a role spends (for budgets and the report)."""
@@ -51,7 +55,7 @@ class Run:
         self.config = config
         self.store = store
         self.repo = repo
-        self.id = run_id or time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:4]
+        self.id = run_id or time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:4]  # matches LOOP_RUN_ID
         self.resumed = resumed
         self.console = console
         self.workspace = Path(config.store)

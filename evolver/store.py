@@ -323,12 +323,14 @@ class Store:
                      [_now(), status, None if summary is None else dumps(summary), run_id])
 
     @_locked
-    def latest_run(self, status: str | tuple[str, ...] | None = None, prefix: str = "") -> dict | None:
-        """The newest run (with that status or one of those statuses, and that id prefix, when given)."""
+    def latest_run(self, status: str | tuple[str, ...] | None = None, prefix: str = "",
+                   pattern: str = ".*") -> dict | None:
+        """The newest run (with that status or one of those statuses, that id prefix and an id fully
+        matching the regular expression ``pattern``, when given)."""
         statuses = [status] if isinstance(status, str) else list(status or [])
         rows = self._dicts("SELECT * FROM runs WHERE (len($1::VARCHAR[]) = 0 OR list_contains($1, status)) "
-                           "AND starts_with(run_id, $2) ORDER BY created_at DESC, rowid DESC LIMIT 1",
-                           [statuses, prefix])
+                           "AND starts_with(run_id, $2) AND regexp_full_match(run_id, $3) "
+                           "ORDER BY created_at DESC, rowid DESC LIMIT 1", [statuses, prefix, pattern])
         return rows[0] if rows else None
 
     @_locked

@@ -245,7 +245,7 @@ def _greedy_reference(b, ids: list[int], n: int) -> list[int]:
     seq = list(ids)
     with torch.inference_mode():
         for _ in range(n):
-            nxt = int(b.hf_model(torch.tensor([seq])).logits[0, -1].argmax())
+            nxt = int(b.hf_model(torch.tensor([seq], device=b.device)).logits[0, -1].argmax())
             seq.append(nxt)
             if nxt in b.eos_ids:
                 break
@@ -273,7 +273,7 @@ def test_batched_greedy_equals_single_and_reference(tiny):
 
 def test_logprobs_match_a_full_forward(tiny):
     res = tiny.generate([GenRequest(user("score me"), max_tokens=8, temperature=0.9, seed=1, logprobs=True)])[0]
-    full = torch.tensor([res.prompt_ids + res.completion_ids])
+    full = torch.tensor([res.prompt_ids + res.completion_ids], device=tiny.device)
     with torch.inference_mode():
         logits = tiny.hf_model(full).logits[0].float()
     lp = torch.log_softmax(logits, -1)
@@ -449,6 +449,34 @@ def test_unknown_model_and_dtype():
         TransformersBackend(model="/nonexistent/folder")
     with pytest.raises(BackendError, match="dtype"):
         TransformersBackend(model="/nonexistent/folder", dtype="int3")
+
+
+def test_device_option(tiny_model_dir):
+    import torch
+
+    from evolver.backends.transformers_backend import TransformersBackend
+
+    b = TransformersBackend(model=str(tiny_model_dir), dtype="fp32", device="cpu")
+    assert b.device.type == "cpu"
+    if not torch.cuda.is_available():
+        with pytest.raises(BackendError, match="no CUDA GPU"):
+            TransformersBackend(model=str(tiny_model_dir), dtype="fp32", device="cuda")
+        assert TransformersBackend(model=str(tiny_model_dir), dtype="fp32").device.type == "cpu"  # auto
+
+
+@pytest.mark.skipif("not __import__('torch').cuda.is_available()", reason="needs a CUDA GPU")
+def test_cuda_generation_matches_cpu_greedy_and_logprobs(tiny_model_dir):
+    from evolver.backends.transformers_backend import TransformersBackend
+
+    cpu = TransformersBackend(model=str(tiny_model_dir), dtype="fp32", device="cpu")
+    gpu = TransformersBackend(model=str(tiny_model_dir), dtype="fp32", device="cuda")
+    reqs = [GenRequest(c, max_tokens=12, temperature=0.0, logprobs=True) for c in CONVERSATIONS]
+    for a, b in zip(cpu.generate(reqs), gpu.generate(reqs)):
+        assert a.completion_ids == b.completion_ids
+        assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) < 1e-3
+    sampled = [GenRequest(user("tell"), max_tokens=16, temperature=1.0, seed=s) for s in (1, 2, 3)]
+    first = [r.text for r in gpu.generate(sampled)]
+    assert [r.text for r in gpu.generate(sampled[::-1])][::-1] == first
 
 
 # ------------------------------------------------------------------------------- slow: SmolLM2

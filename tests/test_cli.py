@@ -108,11 +108,17 @@ def test_kill_9_then_resume_loses_nothing_and_counts_nothing_twice(tmp_path):
     # 4 dev episodes of the seed, 4 training rollouts, then candidates: kill while they are being checked.
     marks, proc = run_then_kill(tmp_path, 2, 3, lambda marks: len(list(marks.iterdir())) >= 9)
     assert len(list(marks.glob("train-*"))) == 4, proc.stdout.read().decode()[-2000:]
+    from evolver.run import LOOP_RUN_ID
+    from evolver.store import Store
+    with Store(tmp_path / "store" / "evolver.duckdb") as store:  # newer killed training/eval runs
+        store.create_run("train-20990101-000000", "toy", {})
+        store.create_run("eval-20990101-000001", "toy", {})
     r = CliRunner().invoke(cli, base_args(tmp_path) + ["run", "--resume"], catch_exceptions=False)
     assert r.exit_code == 0, r.output
-    from evolver.store import Store
     with Store(tmp_path / "store" / "evolver.duckdb") as store:
-        run = store.latest_run()
+        assert store.latest_run()["run_id"] == "eval-20990101-000001"
+        assert store.get_run("train-20990101-000000")["status"] == "running"  # not the one resumed
+        run = store.latest_run(pattern=LOOP_RUN_ID)
         assert run["status"] == "finished"
         cols, rows = store.query("SELECT cache_key, purpose, count(*) FROM episodes WHERE run_id = ? "
                                  "GROUP BY 1, 2 HAVING count(*) > 1", [run["run_id"]])

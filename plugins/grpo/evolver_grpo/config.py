@@ -19,6 +19,7 @@ class GRPOConfig(BaseModel):
     group_size: int = 4  # G rollouts per task
     temperature: float = 1.0
     max_new_tokens: int | None = None  # None: each model call's own budget (the harness decides)
+    rollout_batch: int = 0  # episodes played in one lockstep (0: the whole step's G x tasks at once)
     seed: int = 0
 
     # advantages and rewards

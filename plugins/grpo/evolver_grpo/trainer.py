@@ -100,8 +100,11 @@ class GRPOTrainer:
         base = (step * 1000 + attempt * 100) * G + cfg.seed * 7919
         self.sampler.reseed(base)
         jobs = [(self.ctx, tasks, base + g) for g in range(G)]
+        # One lockstep for the whole step by default: the engine batches every live episode's call
+        # (measured on an H200: waves of 32 gave 500-620 rollout tok/s where one batch of 128 gives more).
+        live = cfg.rollout_batch or G * len(tasks)
         per_job = evaluate_many(jobs, self.run.benchmark, self.sampler, store=self.run.store, run=self.run,
-                                purpose="grpo", use_cache=False)
+                                purpose="grpo", use_cache=False, max_live=live)
         episodes, group_of = [], []
         for i, task in enumerate(tasks):
             for g in range(G):

@@ -90,7 +90,7 @@ def test_rollout_logprobs_agree_with_the_learner_and_prompts_are_exact(tmp_path,
         assert s.prompt_ids == backend.chat_ids(msgs)
     with torch.no_grad():
         learner = completion_logprobs(trainer.model, [s.prompt_ids for s in samples],
-                                      [s.completion_ids for s in samples])
+                                      [s.completion_ids for s in samples]).cpu()
     rollout = torch.tensor([lp for s in samples for lp in s.rollout_logprobs])
     assert float((learner - rollout).abs().mean()) <= 1e-4
     # G rollouts of one task differ (own seeds)
