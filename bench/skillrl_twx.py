@@ -44,7 +44,8 @@ def make_run(args, label: str):
                "evolve_every": 0 if label.endswith("static") else 1}
     sft = {"per_category": args.sft_per_category, "epochs": 1, "batch_size": 8, "lr": 3e-5,
            "seed_bank": not label.endswith("grpo"), "steps": args.sft_steps}
-    bench = {"suite": "twx-easy", **({"games": args.games.split(",")} if args.games else {})}
+    bench = {"suite": "twx-easy", **({"games": args.games.split(",")} if args.games else {}),
+             **({"max_steps": args.max_steps} if args.max_steps else {})}
     cfg = Config(store=str(store_dir), benchmark="twx", benchmark_options=bench,
                  plugins={"grpo": grpo, "skillrl": skillrl, "sft": sft})
     run = Run(cfg, Store(store_dir / "evolver.duckdb"), ProgramRepo(store_dir),
@@ -114,6 +115,7 @@ def main() -> None:
     ap.add_argument("--sft-per-category", type=int, default=20)
     ap.add_argument("--sft-steps", type=int, default=None)
     ap.add_argument("--games", default=None, help="comma-separated twx-easy games (default: all six)")
+    ap.add_argument("--max-steps", type=int, default=None, help="episode step limit (default: each game's own)")
     ap.add_argument("--teacher", default="rules", help="rules, or a role name (executor = the policy)")
     ap.add_argument("--store", default=None)
     ap.add_argument("--seed", type=int, default=0)

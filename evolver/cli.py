@@ -165,16 +165,15 @@ def program_ref_or_seed(repo, ref: str) -> str:
 
 def program_checkpoint(repo, ref: str, config: Config) -> str | None:
     """The checkpoint folder a program's manifest names (``model``, relative to the workspace), if any."""
+    from evolver.run import checkpoint_path
+
     if not repo.exists:
         return None
     try:
         model = repo.manifest(program_ref_or_seed(repo, ref)).get("model")
     except EvolverError:
         return None
-    if not model:
-        return None
-    path = Path(model) if Path(model).is_absolute() else Path(config.store) / model
-    return str(path.resolve()) if (path / "config.json").is_file() else None
+    return checkpoint_path(Path(config.store), model)
 
 
 @cli.command()

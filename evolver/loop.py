@@ -62,12 +62,31 @@ def splits(run: Run) -> dict[str, list]:
             "test": bench.tasks("test", per_category=lc.test_per_category)}
 
 
+def play(run: Run, jobs: list, **kw) -> list[list]:
+    """:func:`evaluate_many` with each program's own executor (:meth:`Run.executor_for`): programs
+    that play with the same weights share one lockstep, a trained program plays with its checkpoint."""
+    groups: dict[str | None, list[int]] = {}
+    for j, job in enumerate(jobs):
+        groups.setdefault(run.checkpoint_of(job[0].program), []).append(j)
+    out: list[list] = [[] for _ in jobs]
+    progress, done = kw.pop("progress", None), 0
+    total = sum(len(job[1]) for job in jobs)
+    for members in groups.values():
+        size = sum(len(jobs[j][1]) for j in members)
+        shown = (lambda n, _t, base=done: progress(base + n, total)) if progress else None
+        lists = evaluate_many([jobs[j] for j in members], run.benchmark, run.executor_for(jobs[members[0]][0].program),
+                              run=run, progress=shown, **kw)
+        for j, eps in zip(members, lists):
+            out[j] = eps
+        done += size
+    return out
+
+
 def evaluate_programs(run: Run, programs: list[Program], tasks, split: str, iteration: int,
                       purpose: str = "eval") -> list:
-    executor = run.backend("executor")
     jobs = [(run.context(p), tasks) for p in programs]
-    episode_lists = evaluate_many(jobs, run.benchmark, executor, seed=run.config.loop.episode_seed,
-                                  purpose=purpose, store=run.store, run=run, progress=_progress(run, split))
+    episode_lists = play(run, jobs, seed=run.config.loop.episode_seed, purpose=purpose, store=run.store,
+                         progress=_progress(run, split))
     evals = []
     for p, eps in zip(programs, episode_lists):
         ev = summarize(p.id, split, eps)
@@ -162,7 +181,7 @@ def iterate(run: Run, it: int, proposers: dict, data: dict) -> list[str]:
     run.status = f"iteration {it}: rollouts of {parent.id}"
 
     batch = sample_stratified(data["train"], cfg.train_per_category, seed=cfg.episode_seed * 1000 + it)
-    episodes = run_episodes(run.context(parent), run.benchmark, run.backend("executor"), batch,
+    episodes = run_episodes(run.context(parent), run.benchmark, run.executor_for(parent), batch,
                             seed=cfg.episode_seed, purpose="train", store=run.store, run=run,
                             progress=_progress(run, f"iteration {it} rollouts"))
     failed_ids = {e.id for e in episodes if e.score < cfg.failure_threshold}
@@ -257,7 +276,7 @@ def _check(run: Run, it: int, parent: Program, drafts: list[Draft], data: dict) 
         manifest = {"id": d.candidate_id, "parent": d.proposal.parent_id, "operator": d.proposal.operator,
                     "proposal": d.candidate_id, "proposer": d.proposal.proposer,
                     "hypothesis": d.proposal.hypothesis[:500], "iteration": it,
-                    "model": parent.manifest.get("model", "embedded")}
+                    "model": parent.manifest.get("model", "embedded"), **d.manifest}
         first = d.proposal.hypothesis.splitlines()[0][:60] if d.proposal.hypothesis else d.candidate_id
         program = run.repo.commit_candidate(d.candidate_id, manifest, f"{d.proposal.operator}: {first}")
         run.store.add_program(d.candidate_id, run.id, program.commit, program.hash, d.proposal.parent_id,
@@ -305,9 +324,8 @@ def _smoke(run: Run, it: int, checked: list[Candidate], data: dict) -> list[list
         opened.append(SandboxedHarness(ctx, memory_mb=cfg.smoke_memory_mb))
         return opened[-1]
     try:
-        return evaluate_many(jobs, run.benchmark, run.backend("executor"), seed=cfg.episode_seed,
-                             purpose="smoke", store=run.store, run=run,
-                             harness_factory=sandboxed if cfg.sandbox_smoke else None)
+        return play(run, jobs, seed=cfg.episode_seed, purpose="smoke", store=run.store,
+                    harness_factory=sandboxed if cfg.sandbox_smoke else None)
     finally:
         for harness in opened:
             harness.close()
@@ -336,8 +354,8 @@ def _probe(run: Run, it: int, candidates: list[Candidate], data: dict) -> list[C
     parents = {c.proposal.parent_id for c in candidates}
     programs = [c.program for c in candidates] + [run.repo.checkout(p) for p in sorted(parents)]  # type: ignore
     jobs = [(run.context(p), probe) for p in programs]
-    results = evaluate_many(jobs, run.benchmark, run.backend("executor"), seed=run.config.loop.episode_seed,
-                            purpose="eval", store=run.store, run=run, progress=_progress(run, "probe"))
+    results = play(run, jobs, seed=run.config.loop.episode_seed, purpose="eval", store=run.store,
+                   progress=_progress(run, "probe"))
     score = {p.id: summarize(p.id, "dev", eps).score for p, eps in zip(programs, results)}
     kept = []
     for cand in candidates:

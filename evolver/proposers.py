@@ -33,6 +33,9 @@ class Draft:
     forbidden: list[str] = field(default_factory=list)
     #: Gold action sequences of those tasks: three consecutive gold steps in order is a leak.
     forbidden_sequences: list[list[str]] = field(default_factory=list)
+    #: Manifest keys for the candidate's commit beyond the loop's own: a trainer's draft sets ``model``
+    #: to its checkpoint folder (relative to the workspace), so the candidate plays with those weights.
+    manifest: dict = field(default_factory=dict)
     rejected: str = ""
 
     def reject(self, reason: str) -> "Draft":

@@ -24,6 +24,15 @@ from evolver.types import GenRequest, GenResult, Program
 LOOP_RUN_ID = r"\d{8}-\d{6}-[0-9a-f]{4}"
 
 
+def checkpoint_path(workspace: Path, model: str | None) -> str | None:
+    """A manifest's ``model`` as a loadable weights folder (relative paths are in the workspace), or
+    None: no model, a backend's model name ("embedded", a hub id) or a folder that is not there."""
+    if not model or model == "embedded":
+        return None
+    path = Path(model) if Path(model).is_absolute() else Path(workspace) / model
+    return str(path.resolve()) if (path / "config.json").is_file() else None
+
+
 class CountingBackend(Backend):
     """Wraps a backend to count the tokens a role spends (for budgets and the report)."""
 
@@ -99,6 +108,29 @@ class Run:
         if key not in self._backends:
             self._backends[key] = plugins.make("backend", rc.backend, model=rc.model, **rc.options)
         return CountingBackend(self._backends[key], self.tokens, role)
+
+    def checkpoint_of(self, program: Program) -> str | None:
+        """The weights folder a program's manifest names (``model``: a trained checkpoint, relative
+        to the workspace or absolute), or None when it plays with the configured executor model."""
+        return checkpoint_path(self.workspace, (program.manifest or {}).get("model"))
+
+    def executor_for(self, program: Program) -> Backend:
+        """The executor as ``program`` plays: with its own checkpoint's weights when it carries one
+        (a trained program and every descendant, which inherit the manifest's ``model``), else the
+        configured executor. The two most recently used checkpoints stay loaded."""
+        ckpt = self.checkpoint_of(program)
+        rc = self.config.role("executor")
+        if ckpt is None or ckpt == rc.model:
+            return self.backend("executor")
+        key = ("checkpoint", rc.backend, ckpt, self._role_key("executor")[2])
+        if key in self._backends:
+            self._backends[key] = self._backends.pop(key)  # most recent last
+        else:
+            loaded = [k for k in self._backends if k[0] == "checkpoint"]
+            for old in loaded[:-1]:
+                self._backends.pop(old).close()
+            self._backends[key] = plugins.make("backend", rc.backend, model=ckpt, **rc.options)
+        return CountingBackend(self._backends[key], self.tokens, "executor")
 
     def context(self, program: Program) -> ProgramContext:
         """What the harness sees of a program; skill selection goes through the select_skills hook."""

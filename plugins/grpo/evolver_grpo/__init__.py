@@ -16,3 +16,11 @@ def register_trainers(register):
 
     register("grpo", make_trainer, description="GRPO and variants (RLOO, GDPO, GD2PO, DVAO, GiGPO, TACO), "
              "step-wise on multi-turn episodes, with the program's skills in the prompt")
+
+
+@hookimpl
+def register_proposers(register):
+    from evolver_grpo.proposer import make_proposer
+
+    register("grpo", make_proposer, description="fine-tune the parent's policy with GRPO (its skills in the "
+             "prompt) and propose the checkpoint as a candidate: the loop's training step")

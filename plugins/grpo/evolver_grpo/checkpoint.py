@@ -28,11 +28,18 @@ def save(model, tokenizer, folder: Path) -> Path:
     return folder
 
 
-def save_and_commit(trainer, step: int, evaluation: dict | None = None):
+def save_step(trainer, step: int) -> Path:
+    """Weights and trainer state of ``step``; returns the folder relative to the workspace."""
     run = trainer.run
     rel = Path("checkpoints") / run.id / f"step-{step}"
     save(trainer.model, getattr(trainer.engine.backend, "tokenizer", None), run.workspace / rel)
     save_state(trainer, run.workspace / rel, step)
+    return rel
+
+
+def save_and_commit(trainer, step: int, evaluation: dict | None = None):
+    run = trainer.run
+    rel = save_step(trainer, step)
     parent = trainer.program
     cid = f"grpo-{run.id}-s{step}"
     run.repo.new_candidate(cid, parent.commit)

@@ -66,6 +66,10 @@ class GRPOConfig(BaseModel):
     eval_every: int = 0  # 0: evaluate only at the end (if eval_per_category)
     eval_split: str = "dev"
     eval_per_category: int = 0  # 0: no evaluation
+    commit: bool = True  # commit the final checkpoint as a program (the proposer commits its own draft)
+
+    # as a proposer in `evolver run --proposer grpo`
+    propose_every: int = 1  # train every N iterations (the others propose nothing)
 
     @field_validator("loss", "kl", "estimator")
     @classmethod

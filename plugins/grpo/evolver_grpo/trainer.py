@@ -246,7 +246,7 @@ class GRPOTrainer:
         """Train ``steps`` steps. ``resume=True`` continues this run from its newest checkpoint
         (``save_every`` sets how often one is written): weights, optimizer, RNG and task queue, so
         the remaining steps play the tasks and seeds they would have played."""
-        from evolver_grpo.checkpoint import latest_state, restore, save_and_commit
+        from evolver_grpo.checkpoint import latest_state, restore, save_and_commit, save_step
 
         self.setup()
         cfg = self.cfg
@@ -258,7 +258,7 @@ class GRPOTrainer:
             self.engine.sync(self.model, f"{self.base_id}+grpo:{self.run.id}:{start}")
         if cfg.eval_per_category and not start:
             evals.append({"step": 0, **self.evaluate().metrics()})
-        program = None
+        program, checkpoint = None, None
         for step in range(start, cfg.steps):
             self.run.status = f"grpo step {step + 1}/{cfg.steps}"
             self.step(step)
@@ -266,10 +266,13 @@ class GRPOTrainer:
             if cfg.eval_per_category and ((cfg.eval_every and (step + 1) % cfg.eval_every == 0) or last):
                 evals.append({"step": step + 1, **self.evaluate().metrics()})
             if last or (cfg.save_every and (step + 1) % cfg.save_every == 0):
-                program = save_and_commit(self, step + 1, evals[-1] if evals else None)
+                if cfg.commit:
+                    program = save_and_commit(self, step + 1, evals[-1] if evals else None)
+                    checkpoint = program.model
+                else:
+                    checkpoint = save_step(self, step + 1).as_posix()
         return {"steps": cfg.steps, "resumed_from": start, "history": self.history, "evals": evals,
-                "program": program.id if program else None,
-                "checkpoint": program.model if program else None}
+                "program": program.id if program else None, "checkpoint": checkpoint}
 
 
 def make_trainer(run, options: dict | None = None, **kw) -> GRPOTrainer:

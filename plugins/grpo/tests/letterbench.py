@@ -50,3 +50,17 @@ class LetterBench(Benchmark):
 @hookimpl
 def register_benchmarks(register):
     register("letters", LetterBench, "toy benchmark for GRPO tests")
+
+
+def cli_args(tmp_path, model_dir, monkeypatch) -> list[str]:
+    """`evolver` arguments for a workspace in ``tmp_path`` playing this benchmark with ``model_dir`` in
+    every role, the grpo plugin loaded (and only it)."""
+    from evolver import plugins
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("EVOLVER_PLUGINS", "grpo")
+    plugins.reset()
+    roles = ("executor", "proposer", "builder", "judge")
+    return ["--plugin", __file__, "--store", str(tmp_path / "store"), "--set=benchmark=letters",
+            "--set=benchmark_options={}", *[f"--set=roles.{r}.backend=transformers" for r in roles],
+            *[f"--set=roles.{r}.model={model_dir}" for r in roles]]

@@ -1,6 +1,5 @@
 """The GRPO trainer end to end on a tiny random Llama: rollouts through the harness, exact token ids,
 log-prob agreement, updates, sync, checkpoints as program commits, and learning a toy reward."""
-import sys
 from pathlib import Path
 
 import pytest
@@ -11,19 +10,10 @@ from evolver.config import Config, RoleConfig
 from evolver.programs import ProgramRepo
 from evolver.run import Run
 from evolver.store import Store
+from evolver_grpo.logprobs import completion_logprobs
+from evolver_grpo.trainer import GRPOTrainer
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parents[2] / "tests"))
-from tinymodel import build_tiny_model  # noqa: E402
-
-from evolver_grpo.logprobs import completion_logprobs  # noqa: E402
-from evolver_grpo.trainer import GRPOTrainer  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    return build_tiny_model(tmp_path_factory.mktemp("tiny"), max_positions=2048)
 
 
 def make_run(tmp_path, tiny_dir, steps=1, categories=None, actions=False, **grpo):
@@ -162,13 +152,9 @@ def test_cli_train_then_eval_runs_the_checkpoint(tmp_path, tiny_dir, monkeypatch
 
     from evolver.cli import cli
 
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("EVOLVER_PLUGINS", "grpo")
-    plugins.reset()
-    args = ["--plugin", str(HERE / "letterbench.py"), "--store", str(tmp_path / "store"),
-            "--set=benchmark=letters", "--set=benchmark_options={}",
-            *[f"--set=roles.{r}.backend=transformers" for r in ("executor", "proposer", "builder", "judge")],
-            *[f"--set=roles.{r}.model={tiny_dir}" for r in ("executor", "proposer", "builder", "judge")]]
+    from letterbench import cli_args
+
+    args = cli_args(tmp_path, tiny_dir, monkeypatch)
     r = CliRunner().invoke(cli, args + ["train", "--steps", "2", "--set=plugins.grpo.max_new_tokens=4",
                                         "--set=plugins.grpo.group_size=2", "--set=plugins.grpo.tasks_per_step=2",
                                         "--set=plugins.grpo.eval_per_category=1"], catch_exceptions=False)

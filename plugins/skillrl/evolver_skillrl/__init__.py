@@ -73,4 +73,9 @@ def select_skills(run, task, program, skills, k):
             if len(_RETRIEVERS) > 64:
                 _RETRIEVERS.clear()
             _RETRIEVERS[key] = retriever
-    return retriever.retrieve(task, k).skills
+    found = retriever.retrieve(task, k)
+    if opts.log_retrievals:
+        from evolver_skillrl.retrieval_log import record
+
+        record(run, program, task, k, found)
+    return found.skills

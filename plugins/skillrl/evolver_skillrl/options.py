@@ -28,6 +28,9 @@ class SkillRLOptions(BaseModel):
     """Tokens the retrieved task-specific bodies may take; general skills are always in."""
     same_category: bool = True
     """Retrieve from the task's own category S_k (as SKILLRL); False: from every category."""
+    log_retrievals: bool = True
+    """Append each decision (chosen, similarities, what was skipped and why) to
+    ``<store>/skillrl/retrievals.jsonl``, once per run, program, task and room."""
 
     # -- distillation ----------------------------------------------------------------------------------
     teacher: str = "executor"

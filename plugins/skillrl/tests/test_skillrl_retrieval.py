@@ -102,6 +102,19 @@ def test_the_hook_serves_the_core_harness_only_for_banks(tmp_path):
     chosen = [s.name for s in run.context(banked).select_skills(t, 3)]
     assert len(chosen) == 2 and chosen[0] == "general-read-the-goal"
     assert chosen[1] in ("doors-open-then-go", "lesson-doors-never-wait")
+    # the decision is logged once (a group's rollouts repeat it), with its reasons
+    run.context(banked).select_skills(t, 3)
+    import json
+
+    from evolver_skillrl.retrieval_log import log_path
+    rows = [json.loads(line) for line in log_path(run).read_text().splitlines()]
+    mine = [r for r in rows if r["program_id"] == banked.id]
+    assert len(mine) == 1 and mine[0]["task_id"] == t.id and mine[0]["chosen"] == chosen
+    assert set(mine[0]["scores"]) == set(chosen[1:]) and mine[0]["room"] == 3
+    assert all(r["program_id"] != plain.id for r in rows)  # the hook deferred for the plain program
+    import duckdb
+
+    assert duckdb.sql(f"SELECT count(*) FROM read_json_auto('{log_path(run)}')").fetchall()[0][0] == len(rows)
     run.config.plugins["skillrl"]["retrieval"] = "off"
     assert [s.name for s in run.context(banked).select_skills(t, 3)] != chosen
     run.close()

@@ -1,0 +1,66 @@
+"""``evolver run --proposer grpo``: the loop's step 8, training as one more way to propose a candidate.
+
+Every ``propose_every`` iterations it fine-tunes the parent's policy with GRPO for ``steps`` steps,
+the parent's skills and harness in every prompt (its own checkpoint as the starting point when the
+parent was trained already), and proposes a candidate with the parent's files and a manifest whose
+``model`` is the new checkpoint. The loop then treats it like any other candidate: checks, a smoke
+episode, staged evaluation on dev with its own weights, the frontier. A trained program's descendants
+inherit its weights, so skills evolved later are played by the policy they were evolved for.
+
+Training runs in a run of its own (``<loop run>-grpo-it<N>``, so its steps are in ``train_steps``
+and its rollouts in ``episodes``) with its own copy of the model: the loop's executor, which every
+other program plays with, is never trained in place. Options are the trainer's, under
+``[plugins.grpo]``.
+"""
+from __future__ import annotations
+
+from evolver_grpo.config import load
+
+
+class GRPOProposer:
+    def __init__(self, run, **options):
+        self.run = run
+        self.options = dict(options)
+        self.cfg = load(self.options)  # fail at start-up on a bad option, not mid-run
+
+    def propose(self, ctx) -> list:
+        if ctx.iteration % max(1, self.cfg.propose_every):
+            return []
+        from evolver.run import Run
+        from evolver_grpo.trainer import GRPOTrainer
+
+        loop_run, parent = self.run, ctx.parent
+        config = loop_run.config.model_copy(deep=True)
+        start = loop_run.checkpoint_of(parent)
+        if start:
+            config.roles["executor"].model = start
+        train_id = f"{loop_run.id}-grpo-it{ctx.iteration}"
+        train_run = Run(config, loop_run.store, loop_run.repo, run_id=train_id)
+        if loop_run.store.get_run(train_id) is None:
+            train_run.record()
+        opts = {**self.options, "program": parent.id, "commit": False}
+        try:
+            trainer = GRPOTrainer(train_run, opts, progress=lambda row: setattr(
+                loop_run, "status", f"iteration {ctx.iteration}: grpo step {row['step']}/{self.cfg.steps} "
+                                    f"reward {row['reward_mean']:.3f}"))
+            summary = trainer.train()
+        except BaseException:
+            loop_run.store.update_run(train_id, status="failed")
+            raise
+        finally:
+            train_run.close()
+        rewards = [h["reward_mean"] for h in summary["history"]]
+        loop_run.store.update_run(train_id, status="finished", summary={
+            "steps": summary["steps"], "checkpoint": summary["checkpoint"], "reward_mean": rewards})
+        first, last = (rewards[0], rewards[-1]) if rewards else (0.0, 0.0)
+        draft = ctx.new_draft(
+            "grpo", hypothesis=(f"GRPO ({self.cfg.estimator}) for {self.cfg.steps} steps on {parent.id}'s policy "
+                                f"with its skills in the prompt: sampled training reward {first:.3f} -> {last:.3f}"),
+            detail={"train_run": train_id, "checkpoint": summary["checkpoint"], "reward_mean": rewards,
+                    "from": start or "the configured executor model"})
+        draft.manifest["model"] = summary["checkpoint"]
+        return [draft]
+
+
+def make_proposer(run, **options) -> GRPOProposer:
+    return GRPOProposer(run, **options)
