@@ -27,6 +27,7 @@ def main() -> None:
     ap.add_argument("--per-category", type=int, default=2)
     ap.add_argument("--max-steps", type=int, default=6)
     ap.add_argument("--actions", default="choose,generate", help="action modes to measure (comma-separated)")
+    ap.add_argument("--no-naive", action="store_true", help="skip the naive choose row (25x slower than the rest)")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="evolver-bench-"))
     cfg = Config(store=str(tmp), benchmark_options={"suite": "twx-easy", "max_steps": args.max_steps})
@@ -45,7 +46,8 @@ def main() -> None:
     # Two passes over the fast rows, keeping each row's best: the first runs after start-up are slow
     # (kernel selection for new shapes), and a single pass measured mostly the order of the rows.
     # The naive row (one full forward pass per option) runs once: it is 25x slower anyway.
-    plans = fast + fast + ([("choose", "naive, one at a time", 1, "choose_naive")] if "choose" in modes else [])
+    naive = "choose" in modes and not args.no_naive
+    plans = fast + fast + ([("choose", "naive, one at a time", 1, "choose_naive")] if naive else [])
     for mode, label, max_live, method in plans:
         harness_file.write_text(original.replace("CHOOSE_ACTIONS = True", f"CHOOSE_ACTIONS = {mode == 'choose'}"))
         seed.hash = stable_hash(mode, label, time.time())  # a fresh cache key: nothing is served from the store
@@ -79,7 +81,7 @@ def main() -> None:
     for mode in modes:
         b, s = by[(mode, "batched")], by[(mode, "one at a time")]
         print(f"{mode}: batched / one at a time = {b[5] / s[5]:.2f}x episodes per minute")
-    if "choose" in modes:
+    if naive:
         naive = by[("choose", "naive, one at a time")]
         print(f"choose: batched / naive one at a time = {by[('choose', 'batched')][5] / naive[5]:.1f}x")
 

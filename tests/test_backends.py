@@ -392,6 +392,42 @@ def test_choose_reuses_a_shared_prompt_prefix_exactly(tiny):
     assert not tiny._prefixes  # KV from old weights is never reused
 
 
+def test_choose_batches_requests_in_one_forward_and_equals_naive(tiny_model_dir, monkeypatch):
+    from evolver.backends.transformers_backend import TransformersBackend
+
+    b = TransformersBackend(model=str(tiny_model_dir), dtype="fp32", max_batch=8)
+    system = Message("system", "You are an agent in a small kitchen with a fridge and a lamp. " * 2)
+    options = [["go north", "look", "open fridge", "take the red apple"], ["a", "bb", ""], ["inventory", "eat"]]
+    episodes = [[system, Message("user", f"Episode {e}: step {{}}. Next action:")] for e in range(3)]
+
+    def step(i):
+        return [ChoiceRequest([m[0], Message("user", m[1].content.format("look " * i))], options[e])
+                for e, m in enumerate(episodes)]
+    calls = []
+    decoder = b.hf_model.get_decoder()
+    original = decoder.forward
+    monkeypatch.setattr(decoder, "forward", lambda *a, **k: calls.append(k["input_ids"].shape) or original(*a, **k))
+    first = b.choose(step(0))
+    assert len(calls) == 1 and calls[0][0] == 3  # three requests, one forward
+    matched = []
+    match = b._prefix_match
+    monkeypatch.setattr(b, "_prefix_match", lambda p: matched.append(match(p)[1]) or match(p))
+    second = b.choose(step(3))  # each prompt extends its episode's previous one: cached prefixes reused
+    assert len(calls) == 2 and min(matched) >= 32
+    for got, reqs in ((first, step(0)), (second, step(3))):
+        for g, n in zip(got, b.choose_naive(reqs)):
+            assert g.error is None and g.index == n.index
+            finite = [i for i, v in enumerate(n.scores) if v != float("-inf")]
+            assert [g.scores[i] for i in finite] == pytest.approx([n.scores[i] for i in finite], abs=1e-4)
+    assert first[1].scores[2] == float("-inf")
+    # options that overflow the context window packed in one row: that request alone is chunked
+    many = [f"option number {i:02d} with words" for i in range(12)]
+    mixed = [ChoiceRequest(user("q" * 40), many), ChoiceRequest(user("pick"), ["a", "bb"])]
+    assert len(b.chat_ids(mixed[0].messages)) + sum(len(b.option_ids(o)) - 1 for o in many) > b.context_window
+    for g, n in zip(b.choose(mixed), b.choose_naive(mixed)):
+        assert g.error is None and g.scores == pytest.approx(n.scores, abs=1e-4)
+
+
 def test_choose_with_end_token_and_errors(tiny_model_dir, tiny):
     from evolver.backends.transformers_backend import TransformersBackend
 

@@ -238,23 +238,9 @@ class TransformersBackend(Backend):
             ids[r, N - len(x):] = torch.tensor(x, dtype=torch.long)
             new_mask[r, N - len(x):] = 1
             pos[r, N - len(x):] = torch.arange(u, u + len(x))
-        past, past_mask = None, torch.zeros((B, U), dtype=torch.long)
-        if U:
-            from transformers import DynamicCache
-
-            past = DynamicCache()
-            first = next(self._prefixes[k][1] for k, _ in matches if k is not None)
-            for layer, (k0, v0) in enumerate(first):
-                K = k0.new_zeros((B, k0.shape[1], U, k0.shape[3]))
-                V = v0.new_zeros((B, v0.shape[1], U, v0.shape[3]))
-                for r, (key, u) in enumerate(matches):
-                    if key is not None:
-                        k, v = self._prefixes[key][1][layer]
-                        K[r, :, U - u:] = k[0, :, :u].to(K.dtype)
-                        V[r, :, U - u:] = v[0, :, :u].to(V.dtype)
-                past.update(K, V, layer)
-            for r, u in enumerate(reuse):
-                past_mask[r, U - u:] = 1
+        past, past_mask = self._past_of(matches), torch.zeros((B, U), dtype=torch.long)
+        for r, u in enumerate(reuse):
+            past_mask[r, U - u:] = 1
         mask = torch.cat([past_mask, new_mask], dim=1).to(dev)
         logits, cache = self._forward(ids.to(dev), mask, pos.to(dev), past, logits_to_keep=1)
         if self.prefix_cache > 0 and cache is not None:
@@ -298,8 +284,31 @@ class TransformersBackend(Backend):
 
     # ------------------------------------------------------------------------------------ choose
     def choose(self, requests: list[ChoiceRequest]) -> list[ChoiceResult]:
+        """Score every request's options in batches of ``max_batch`` requests: one forward per batch
+        (the episodes of a lockstep choose together), each request's prompt reusing its cached prefix."""
+        if self.hf_model is None:
+            raise BackendError("TransformersBackend used after close()")
+        results: list[ChoiceResult | None] = [None] * len(requests)
+        todo = []
+        for i, req in enumerate(requests):
+            prepared = self._prepare_choice(req)
+            if isinstance(prepared, ChoiceResult):
+                results[i] = prepared
+            else:
+                todo.append((i, *prepared))
         with self._ctx():
-            return [self._choose_one(req, shared=True) for req in requests]
+            for start in range(0, len(todo), self.max_batch):
+                chunk = todo[start:start + self.max_batch]
+                try:
+                    scored = self._score_batch([(prompt, opts) for _, prompt, opts in chunk])
+                except BackendError:
+                    raise
+                except Exception:  # noqa: BLE001 - score one by one, so only the culprit fails
+                    scored = [None] * len(chunk)
+                for (i, prompt, opts), scores in zip(chunk, scored):
+                    results[i] = (self._choice_result(prompt, opts, scores) if scores is not None
+                                  else self._choose_one(requests[i], shared=True))
+        return results  # type: ignore[return-value]
 
     def choose_naive(self, requests: list[ChoiceRequest]) -> list[ChoiceResult]:
         """Reference: one full forward pass of prompt+option per option. Slow; for tests and benches."""
@@ -310,28 +319,132 @@ class TransformersBackend(Backend):
         ids = list(self.tokenizer(option, add_special_tokens=False)["input_ids"])
         return ids + [self.end_id] if self.choose_eos else ids
 
-    def _choose_one(self, req: ChoiceRequest, shared: bool) -> ChoiceResult:
-        if self.hf_model is None:
-            raise BackendError("TransformersBackend used after close()")
+    def _prepare_choice(self, req: ChoiceRequest) -> tuple[list[int], list[list[int]]] | ChoiceResult:
+        """(prompt ids, option ids), or the ChoiceResult that says why the request cannot be scored."""
         if not req.options:
             return ChoiceResult(index=-1, scores=[], error="no options to choose from")
         prompt: list[int] = []
         try:
             prompt = self.chat_ids(req.messages)
             opts = [self.option_ids(o) for o in req.options]
-            need = len(prompt) + max(len(o) for o in opts)
-            if need > self.context_window:
-                return ChoiceResult(index=-1, scores=[], prompt_tokens=len(prompt), error=(
-                    f"prompt + longest option need {need} tokens; the context window is {self.context_window}"))
+        except Exception as exc:  # noqa: BLE001 - e.g. a template that rejects the roles
+            return ChoiceResult(index=-1, scores=[], prompt_tokens=len(prompt),
+                                error=f"scoring failed: {type(exc).__name__}: {exc}")
+        need = len(prompt) + max(len(o) for o in opts)
+        if need > self.context_window:
+            return ChoiceResult(index=-1, scores=[], prompt_tokens=len(prompt), error=(
+                f"prompt + longest option need {need} tokens; the context window is {self.context_window}"))
+        return prompt, opts
+
+    def _choice_result(self, prompt: list[int], opts: list[list[int]], scores: list[float]) -> ChoiceResult:
+        best = max(range(len(scores)), key=scores.__getitem__)
+        chosen = len(opts[best]) - (1 if self.choose_eos else 0)
+        return ChoiceResult(index=best, scores=scores, prompt_tokens=len(prompt), completion_tokens=chosen)
+
+    def _choose_one(self, req: ChoiceRequest, shared: bool) -> ChoiceResult:
+        if self.hf_model is None:
+            raise BackendError("TransformersBackend used after close()")
+        prepared = self._prepare_choice(req)
+        if isinstance(prepared, ChoiceResult):
+            return prepared
+        prompt, opts = prepared
+        try:
             scores = self._score_shared(prompt, opts) if shared else self._score_naive(prompt, opts)
         except BackendError:
             raise
         except Exception as exc:  # noqa: BLE001
             return ChoiceResult(index=-1, scores=[], prompt_tokens=len(prompt),
                                 error=f"scoring failed: {type(exc).__name__}: {exc}")
-        best = max(range(len(scores)), key=scores.__getitem__)
-        chosen = len(opts[best]) - (1 if self.choose_eos else 0)
-        return ChoiceResult(index=best, scores=scores, prompt_tokens=len(prompt), completion_tokens=chosen)
+        return self._choice_result(prompt, opts, scores)
+
+    def _score_batch(self, items: list[tuple[list[int], list[list[int]]]]) -> list[list[float] | None]:
+        """Mean log-prob per option token for several requests in ONE forward pass.
+
+        Row r holds request r packed as in :meth:`_score_packed` (its prompt's new tokens, then every
+        option's tokens but the last), after the KV of its longest cached prompt prefix. Layout:
+        [pad][cached prefix] in the past (right-aligned), [new tokens][pad] in the new part; a 4-D mask
+        per row lets prompt tokens attend causally, option tokens to the whole prompt and their own
+        earlier tokens, and pad queries to themselves only. Only the positions that predict an option
+        token go through the LM head. A request whose options would overflow the context window in
+        one row gets None (the caller scores it alone, chunked)."""
+        dev, B = self.device, len(items)
+        matches = [self._prefix_match(prompt) for prompt, _ in items]
+        reuse = [n for _, n in matches]
+        rows, out = [], [None] * B
+        for r, ((prompt, opts), u) in enumerate(zip(items, reuse)):
+            feed = [o[:-1] for o in opts]
+            if len(prompt) + sum(len(f) for f in feed) > self.context_window:
+                continue
+            rows.append(r)
+        if not rows:
+            return out
+        U = max(reuse[r] for r in rows)
+        packs = []
+        for r in rows:
+            prompt, opts = items[r]
+            feed = [o[:-1] for o in opts]
+            packs.append((prompt[reuse[r]:] + [t for f in feed for t in f], feed))
+        N = max(len(x) for x, _ in packs)
+        n_rows = len(rows)
+        ids = torch.full((n_rows, N), self.pad_id, dtype=torch.long)
+        pos = torch.zeros((n_rows, N), dtype=torch.long)
+        mask = torch.zeros((n_rows, 1, N, U + N), dtype=torch.bool)
+        want_rows, want_cols, starts = [], [], []
+        for k, (r, (x, feed)) in enumerate(zip(rows, packs)):
+            prompt, u = items[r][0], reuse[r]
+            P, L = len(prompt), len(x)
+            ids[k, :L] = torch.tensor(x, dtype=torch.long)
+            q = P - u  # prompt tokens computed here
+            mask[k, 0, :L, U - u:U] = True
+            mask[k, 0, :q, U:U + q] = torch.ones((q, q), dtype=torch.bool).tril()
+            plist = list(range(u, P))
+            at, row_starts = q, []
+            for f in feed:
+                n = len(f)
+                mask[k, 0, at:at + n, U - u:U + q] = True
+                mask[k, 0, at:at + n, U + at:U + at + n] = torch.ones((n, n), dtype=torch.bool).tril()
+                plist += range(P, P + n)
+                row_starts.append(at)
+                at += n
+            pos[k, :L] = torch.tensor(plist, dtype=torch.long)
+            for i in range(L, N):  # pad queries: themselves only, so no row of the softmax is empty
+                mask[k, 0, i, U + i] = True
+            starts.append(row_starts)
+            keep = [q - 1] + list(range(q, L))
+            want_rows += [k] * len(keep)
+            want_cols += keep
+        past = self._past_of([matches[r] for r in rows])
+        decoder = self.hf_model.get_decoder()
+        res = decoder(input_ids=ids.to(dev), attention_mask=mask.to(dev), position_ids=pos.to(dev),
+                      use_cache=self.prefix_cache > 0, **{self._cache_kw: past})
+        hidden = res.last_hidden_state[torch.tensor(want_rows, device=dev), torch.tensor(want_cols, device=dev)]
+        logits = self.hf_model.get_output_embeddings()(hidden).float()
+        lp = (logits - torch.logsumexp(logits, dim=-1, keepdim=True)).cpu()  # [sum of kept positions, V]
+        cache = getattr(res, "cache", None) or getattr(res, "past_key_values", None)
+        at_lp = 0
+        for k, r in enumerate(rows):
+            prompt, opts = items[r]
+            u, q = reuse[r], len(prompt) - reuse[r]
+            L = len(packs[k][0])
+            base = at_lp  # lp row of position q - 1 (predicts each option's first token)
+            scores = []
+            for o, start in zip(opts, starts[k]):
+                if not o:
+                    scores.append(float("-inf"))
+                    continue
+                total = float(lp[base, o[0]])
+                if len(o) > 1:
+                    idx = torch.arange(len(o) - 1) + base + 1 + (start - q)
+                    total += float(lp[idx, torch.tensor(o[1:])].sum())
+                scores.append(total / len(o))
+            out[r] = scores
+            at_lp += 1 + (L - q)
+            if self.prefix_cache > 0 and cache is not None:
+                kv = [(torch.cat([layer.keys[k:k + 1, :, U - u:U], layer.keys[k:k + 1, :, U:U + q]], dim=2).clone(),
+                       torch.cat([layer.values[k:k + 1, :, U - u:U], layer.values[k:k + 1, :, U:U + q]], dim=2).clone())
+                      for layer in cache.layers]
+                self._prefix_put(prompt, kv)
+        return out
 
     def _score_shared(self, prompt: list[int], opts: list[list[int]]) -> list[float]:
         """Mean log-prob per option token, the prompt computed once for all options.
@@ -412,6 +525,28 @@ class TransformersBackend(Backend):
             return None, 0
         self._prefixes.move_to_end(best)
         return best, best_len
+
+    def _past_of(self, matches: list[tuple[Any, int]]):
+        """A batch cache from each row's cached prefix (``_prefix_match`` results), right-aligned to the
+        longest: row r's KV fills the last ``u_r`` positions, zeros before (masked by the caller).
+        None when no row reuses anything."""
+        U = max((u for _, u in matches), default=0)
+        if not U:
+            return None
+        from transformers import DynamicCache
+
+        past = DynamicCache()
+        first = next(self._prefixes[key][1] for key, _ in matches if key is not None)
+        for layer, (k0, v0) in enumerate(first):
+            K = k0.new_zeros((len(matches), k0.shape[1], U, k0.shape[3]))
+            V = v0.new_zeros((len(matches), v0.shape[1], U, v0.shape[3]))
+            for r, (key, u) in enumerate(matches):
+                if key is not None:
+                    k, v = self._prefixes[key][1][layer]
+                    K[r, :, U - u:] = k[0, :, :u].to(K.dtype)
+                    V[r, :, U - u:] = v[0, :, :u].to(V.dtype)
+            past.update(K, V, layer)
+        return past
 
     def _prefix_lookup(self, prompt: list[int]):
         best, best_len = self._prefix_match(prompt)
