@@ -78,6 +78,16 @@ def latest_state(workspace: Path, run_id: str) -> tuple[Path, dict] | None:
     return None
 
 
+def load_weights(model, folder: Path) -> None:
+    """Copy a checkpoint folder's safetensors into ``model`` in place (tied weights may be absent)."""
+    from safetensors.torch import load_file
+
+    weights = {}
+    for f in sorted(Path(folder).glob("*.safetensors")):
+        weights.update(load_file(str(f)))
+    model.load_state_dict(weights, strict=False)
+
+
 def restore(trainer, folder: Path, state: dict) -> int:
     """Load a checkpoint into the learner (and so the engine), optimizer and RNGs; return its step."""
     if trainer.cfg.lora:
@@ -86,12 +96,7 @@ def restore(trainer, folder: Path, state: dict) -> int:
             for name, value in state["trainable"].items():
                 params[name].copy_(value)
     else:
-        from safetensors.torch import load_file
-
-        weights = {}
-        for f in sorted(Path(folder).glob("*.safetensors")):
-            weights.update(load_file(str(f)))
-        trainer.model.load_state_dict(weights, strict=False)
+        load_weights(trainer.model, folder)
     trainer.opt.load_state_dict(state["optimizer"])
     torch.set_rng_state(state["torch_rng"])
     trainer.rng = random.Random()

@@ -108,6 +108,9 @@ class SFTOptions(BaseModel):
     seed: int = 0
     steps: int | None = None
     """Stop after this many optimizer steps (None: the whole data set, ``epochs`` times)."""
+    save_every: int = 20
+    """Keep a resumable state (weights, optimizer, RNG) every this many steps, so ``evolver train --sft
+    --resume`` goes on from there (0: none)."""
     engine: str | None = None
     eval_split: Literal["dev", "test"] = "dev"
     eval_per_category: int = 0

@@ -104,7 +104,7 @@ class SFTTrainer:
         return eps
 
     # ---------------------------------------------------------------------------------- train
-    def setup(self) -> None:
+    def setup(self, program_id: str | None = None) -> None:
         from evolver_grpo.engines import make_engine
 
         torch.manual_seed(self.cfg.seed)
@@ -112,7 +112,8 @@ class SFTTrainer:
         self.model = self.engine.learner()
         self.model.eval()  # no dropout: the loss is over exactly the tokens the policy will produce
         self.base_id = getattr(self.engine.backend, "_base_model", self.engine.backend.model)
-        self.program = self.prepare_program()
+        # A resumed run trains on the program its first attempt prepared (a bank is seeded only once).
+        self.program = self.run.repo.checkout(program_id) if program_id else self.prepare_program()
         self.ctx = self.run.context(self.program)
         self.episodes = self.trajectories(self.program)
         self.samples, self.dropped = samples_from(self.episodes, self.engine.backend, self.cfg.max_prompt_tokens)
@@ -157,20 +158,31 @@ class SFTTrainer:
         return {**ev.metrics(), "per_category": ev.per_category}
 
     def train(self, resume: bool = False) -> dict:
-        if resume:
-            raise EvolverError("evolver train --sft cannot resume (one short pass over the data): start it again")
-        self.setup()
+        """One pass (``epochs`` times) over the samples. ``resume=True`` goes on from the newest state
+        this run kept (``save_every``): the same program, weights, optimizer, RNG and batch order."""
+        from evolver_grpo.checkpoint import latest_state
+
+        found = latest_state(self.run.workspace, self.run.id) if resume else None
+        if resume and found is None:
+            raise EvolverError(f"run {self.run.id} kept no SFT state to resume from (plugins.sft.save_every="
+                               f"{self.cfg.save_every}): start it again")
+        self.setup(found[1]["program"] if found else None)
         cfg, run = self.cfg, self.run
         evals = []
-        if cfg.eval_per_category:
+        n = self._restore(*found) if found else 0
+        if cfg.eval_per_category and not n:
             evals.append({"step": 0, **self.evaluate()})
-        n = 0
-        for batch in self.batches():
+        for i, batch in enumerate(self.batches()):
+            if i < n:
+                continue  # done before the run stopped: same seeded order, so skipping is exact
             if cfg.steps is not None and n >= cfg.steps:
                 break
             n += 1
             run.status = f"sft step {n}"
             self.step(n, batch)
+            if cfg.save_every and n % cfg.save_every == 0:
+                self._save_state(n)
+        run.store.delete_train_steps(run.id, after=0)
         run.store.add_train_steps(run.id, self.history)
         self.engine.sync(self.model, f"{self.base_id}+sft:{run.id}:{n}")
         if cfg.eval_per_category:
@@ -180,6 +192,28 @@ class SFTTrainer:
         return {"steps": n, "history": self.history, "evals": evals, "samples": len(self.samples),
                 "dropped": self.dropped, "trajectories": len(self.episodes), "program": program.id,
                 "checkpoint": program.model, "bank_program": self.program.id}
+
+
+    def _save_state(self, n: int) -> None:
+        from evolver_grpo.checkpoint import STATE, save
+
+        folder = self.run.workspace / "checkpoints" / self.run.id / f"step-{n}"
+        save(self.model, getattr(self.engine.backend, "tokenizer", None), folder)
+        torch.save({"step": n, "optimizer": self.opt.state_dict(), "torch_rng": torch.get_rng_state(),
+                    "history": self.history, "program": self.program.id}, folder / STATE)
+        for older in folder.parent.glob(f"step-*/{STATE}"):  # optimizer state is big: keep the newest
+            if older.parent != folder:
+                older.unlink()
+
+    def _restore(self, folder: Path, state: dict) -> int:
+        from evolver_grpo.checkpoint import load_weights
+
+        load_weights(self.model, folder)
+        self.opt.load_state_dict(state["optimizer"])
+        torch.set_rng_state(state["torch_rng"])
+        self.history = list(state["history"])
+        self.run.log(f"sft: resuming run {self.run.id} after step {state['step']}")
+        return int(state["step"])
 
 
 def commit_checkpoint(trainer, step: int, operator: str, message: str):

@@ -101,13 +101,32 @@ def test_cli_train_sft(tmp_path, tiny_dir, monkeypatch):
     assert r.exit_code != 0 and "two trainers" in r.output
 
 
-def test_resume_is_refused_with_a_clear_message(tmp_path, tiny_dir):
+def test_a_stopped_sft_resumes_exactly_and_skillrl_refuses(tmp_path, tiny_dir):
+    import torch
+
     from evolver.errors import EvolverError
+    from evolver.run import Run
     from evolver_skillrl.trainer import SkillRLTrainer
 
-    run = sft_run(tmp_path, tiny_dir)
-    with pytest.raises(EvolverError, match="cannot resume"):
-        SFTTrainer(run).train(resume=True)
+    whole = SFTTrainer(sft_run(tmp_path / "whole", tiny_dir, steps=4, save_every=2, epochs=3))
+    full = whole.train()
+    run = sft_run(tmp_path / "cut", tiny_dir, steps=3, save_every=2, epochs=3)  # "killed" after step 3
+    with pytest.raises(EvolverError, match="kept no SFT state"):
+        SFTTrainer(run).train(resume=True)  # nothing saved yet
+    first = SFTTrainer(run).train()
+    assert first["steps"] == 3
+    again = Run(run.config, run.store, run.repo, run_id=run.id, resumed=True)
+    again.config.plugins["sft"]["steps"] = 4
+    resumed = SFTTrainer(again)
+    summary = resumed.train(resume=True)
+    # it went on from step 2 (the newest state), on the same bank program, to the same weights
+    assert [r["step"] for r in summary["history"]] == [1, 2, 3, 4]
+    assert summary["bank_program"] == first["bank_program"]
+    assert [r["loss"] for r in summary["history"]] == pytest.approx([r["loss"] for r in full["history"]], abs=1e-5)
+    for (name, a), b in zip(whole.model.named_parameters(), resumed.model.parameters()):
+        assert torch.allclose(a, b, atol=1e-6), name
+    _, rows = run.store.query("SELECT step FROM train_steps WHERE run_id = ? ORDER BY step", [run.id])
+    assert [r[0] for r in rows] == [1, 2, 3, 4]
     with pytest.raises(EvolverError, match="cannot resume"):
         SkillRLTrainer(run, {"eval_per_category": 1}).train(resume=True)
     run.close()
