@@ -59,7 +59,8 @@ def save_state(trainer, folder: Path, step: int) -> None:
     """Optimizer, RNG and task-queue state next to the weights, so ``evolver train --resume`` goes on
     from this step. A LoRA run also keeps its adapter weights here (the folder's weights are merged)."""
     state = {"step": step, "optimizer": trainer.opt.state_dict(), "torch_rng": torch.get_rng_state(),
-             "rng": trainer.rng.getstate(), "queue": [t.id for t in trainer._queue], "history": trainer.history}
+             "rng": trainer.rng.getstate(), "queue": [t.id for t in trainer._queue], "history": trainer.history,
+             "extra": trainer.resume_extra() if hasattr(trainer, "resume_extra") else {}}  # a subclass's own state
     if trainer.cfg.lora:
         state["trainable"] = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
     torch.save(state, Path(folder) / STATE)
@@ -68,10 +69,13 @@ def save_state(trainer, folder: Path, step: int) -> None:
             older.unlink()
 
 
-def latest_state(workspace: Path, run_id: str) -> tuple[Path, dict] | None:
-    """The newest checkpoint of a run that can be resumed from, and its trainer state."""
-    folders = sorted((Path(workspace) / "checkpoints" / run_id).glob("step-*"),
-                     key=lambda f: int(f.name.split("-")[1]) if f.name.split("-")[1].isdigit() else -1)
+def latest_state(workspace: Path, run_id: str, prefix: str = "step-") -> tuple[Path, dict] | None:
+    """The newest checkpoint of a run that can be resumed from, and its trainer state (``prefix``:
+    the trainer's folder names, ``step-N`` for GRPO)."""
+    def number(folder: Path) -> int:
+        tail = folder.name[len(prefix):]
+        return int(tail) if tail.isdigit() else -1
+    folders = sorted((Path(workspace) / "checkpoints" / run_id).glob(f"{prefix}*"), key=number)
     for folder in reversed(folders):
         if (folder / STATE).is_file():
             return folder, torch.load(folder / STATE, weights_only=False)

@@ -162,7 +162,7 @@ class SFTTrainer:
         this run kept (``save_every``): the same program, weights, optimizer, RNG and batch order."""
         from evolver_grpo.checkpoint import latest_state
 
-        found = latest_state(self.run.workspace, self.run.id) if resume else None
+        found = latest_state(self.run.workspace, self.run.id, prefix="sft-step-") if resume else None
         if resume and found is None:
             raise EvolverError(f"run {self.run.id} kept no SFT state to resume from (plugins.sft.save_every="
                                f"{self.cfg.save_every}): start it again")
@@ -197,11 +197,11 @@ class SFTTrainer:
     def _save_state(self, n: int) -> None:
         from evolver_grpo.checkpoint import STATE, save
 
-        folder = self.run.workspace / "checkpoints" / self.run.id / f"step-{n}"
+        folder = self.run.workspace / "checkpoints" / self.run.id / f"sft-step-{n}"
         save(self.model, getattr(self.engine.backend, "tokenizer", None), folder)
         torch.save({"step": n, "optimizer": self.opt.state_dict(), "torch_rng": torch.get_rng_state(),
                     "history": self.history, "program": self.program.id}, folder / STATE)
-        for older in folder.parent.glob(f"step-*/{STATE}"):  # optimizer state is big: keep the newest
+        for older in folder.parent.glob(f"sft-step-*/{STATE}"):  # optimizer state is big: keep the newest
             if older.parent != folder:
                 older.unlink()
 

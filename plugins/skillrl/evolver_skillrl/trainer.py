@@ -38,10 +38,14 @@ class SkillRLTrainer(GRPOTrainer):
         self.growth: list[dict] = []
         self.pending: dict | None = None
         self.validations = 0
+        self.evals: list[dict] = []
+        self._resuming = False
 
     def setup(self) -> None:
         super().setup()
         opts = self.bank_options
+        if self._resuming:
+            return  # the bank in use comes from the saved state, never seeded twice
         if self.cfg.skills and opts.seed_from_gold and not load_bank(self.program.root):
             from evolver_skillrl.proposer import seed_from_gold
 
@@ -98,17 +102,40 @@ class SkillRLTrainer(GRPOTrainer):
         run.store.add_train_steps(run.id, [row])
         return row
 
-    def train(self, resume: bool = False) -> dict:
-        from evolver_grpo.checkpoint import save_and_commit
+    def resume_extra(self) -> dict:
+        """What resuming needs beyond GRPO's state: the bank in use, an evolution awaiting its verdict,
+        the validations so far and the bank's growth."""
+        pending = self.pending and {"previous": self.pending["previous"].id, "score": self.pending["score"]}
+        return {"program": self.program.id, "pending": pending, "validations": self.validations,
+                "growth": self.growth, "evals": self.evals, "pins": {g: sorted(h) for g, h in self.pins.items()}}
 
-        if resume:
-            raise EvolverError("evolver train --skillrl cannot resume yet (the bank's pending evolution is not "
-                               "checkpointed): start a new run from the last committed program with --program")
+    def train(self, resume: bool = False) -> dict:
+        """``resume=True`` goes on from the newest checkpoint this run saved (``save_every``), with the
+        bank, pending evolution and validations it had then."""
+        from evolver_grpo.checkpoint import latest_state, restore, save_and_commit
+
+        found = latest_state(self.run.workspace, self.run.id) if resume else None
+        if resume and found is None:
+            raise EvolverError(f"run {self.run.id} saved no checkpoint to resume from (plugins.grpo.save_every="
+                               f"{self.cfg.save_every}): start it again")
+        self._resuming = found is not None
         self.setup()
-        cfg = self.cfg
-        evals = [{"step": 0, **self.evaluate().metrics()}]
+        cfg, start = self.cfg, 0
+        if found:
+            start = restore(self, *found)
+            extra, repo = found[1]["extra"], self.run.repo
+            self.use(repo.checkout(extra["program"]))
+            self.pending = extra["pending"] and {"previous": repo.checkout(extra["pending"]["previous"]),
+                                                 "score": extra["pending"]["score"]}
+            self.validations, self.growth, self.evals = extra["validations"], extra["growth"], extra["evals"]
+            self.pins = {g: set(h) for g, h in extra["pins"].items()}
+            self.run.store.delete_train_steps(self.run.id, after=start)
+            self.engine.sync(self.model, f"{self.base_id}+grpo:{self.run.id}:{start}")
+        else:
+            self.evals = [{"step": 0, **self.evaluate().metrics()}]
+        evals = self.evals
         program = None
-        for step in range(cfg.steps):
+        for step in range(start, cfg.steps):
             self.run.status = f"skillrl step {step + 1}/{cfg.steps}"
             self.step(step)
             last = step + 1 == cfg.steps

@@ -81,3 +81,35 @@ def test_skillrl_trainer_needs_validation(tmp_path, tiny_dir):
     with pytest.raises(ConfigError, match="plugins.skillrl.bogus"):
         SkillRLTrainer(run, {"bogus": 1})
     run.close()
+
+
+def test_a_stopped_skillrl_run_resumes_with_its_bank_and_pending_evolution(tmp_path, tiny_dir):
+    import torch
+
+    from evolver.run import Run
+
+    whole = SkillRLTrainer(skillrl_run(tmp_path / "whole", tiny_dir), {"steps": 3, "save_every": 1})
+    full = whole.train()
+    run = skillrl_run(tmp_path / "cut", tiny_dir)
+    cut = SkillRLTrainer(run, {"steps": 3, "save_every": 1})
+    step = cut.step
+
+    def killed(i):  # the process dies while step 3 plays, after step 2's checkpoint
+        if i == 2:
+            raise KeyboardInterrupt
+        return step(i)
+    cut.step = killed
+    with pytest.raises(KeyboardInterrupt):
+        cut.train()
+    again = Run(run.config, run.store, run.repo, run_id=run.id, resumed=True)
+    resumed = SkillRLTrainer(again, {"steps": 3, "save_every": 1})
+    summary = resumed.train(resume=True)
+    # step 3 only was played again, with the bank the run had, to the same weights and the same record
+    assert [h["step"] for h in summary["history"]] == [1, 2, 3]
+    assert [h["reward_mean"] for h in summary["history"]] == [h["reward_mean"] for h in full["history"]]
+    assert [e["step"] for e in summary["evals"]] == [0, 1, 2, 3]
+    assert [g["step"] for g in summary["bank_growth"]] == [g["step"] for g in full["bank_growth"]]
+    assert resumed.pins.keys() == whole.pins.keys()
+    for (name, a), b in zip(whole.model.named_parameters(), resumed.model.parameters()):
+        assert torch.allclose(a, b, atol=1e-5), name
+    run.close()
