@@ -53,16 +53,20 @@ def main() -> None:
         seed.hash = stable_hash(mode, label, time.time())  # a fresh cache key: nothing is served from the store
         # "naive": one full forward pass per option, as a user ranking actions by likelihood would write it.
         backend.inner.choose = getattr(backend.inner.__class__, method).__get__(backend.inner)
-        if method == "choose_naive":
-            backend.inner._prefixes.clear()
+        # Every row starts cold, as the evaluation of a new program does: prompt KV cached by an earlier
+        # row (the same tasks) would make later rows look faster than they are.
+        backend.inner._prefixes.clear()
+        backend.inner.timing.clear()
         start = time.perf_counter()
         eps = run_episodes(run.context(seed), run.benchmark, backend, tasks, store=store, run=run,
                            max_live=max_live, use_cache=False)
         wall = time.perf_counter() - start
         model = sum(e.model_s for e in eps)
         steps = sum(len(e.steps) for e in eps)
+        t = backend.inner.timing
         rows.append((mode, label, len(eps), steps, wall, 60 * len(eps) / wall, 100 * (wall - model) / wall,
-                     sum(e.score for e in eps) / len(eps)))
+                     sum(e.score for e in eps) / len(eps), t["prefill_s"], t["prefill_tokens"], t["decode_s"],
+                     t["decode_steps"], t["choose_s"], t["choose_tokens"]))
     best: dict = {}
     for r in rows:  # keep the faster of the two passes
         if (r[0], r[1]) not in best or r[4] < best[(r[0], r[1])][4]:
@@ -74,9 +78,11 @@ def main() -> None:
     shutil.rmtree(tmp, ignore_errors=True)
     print(f"twx-easy dev, {len(tasks)} episodes of at most {args.max_steps} steps, SmolLM2-135M bf16 on CPU")
     print(f"{'actions':9} {'episodes played':22} {'episodes':>8} {'steps':>6} {'wall s':>7} {'ep/min':>7} "
-          f"{'outside model %':>15} {'score':>6}")
+          f"{'outside model %':>15} {'score':>6}  model time split")
     for r in rows:
-        print(f"{r[0]:9} {r[1]:22} {r[2]:8d} {r[3]:6d} {r[4]:7.1f} {r[5]:7.1f} {r[6]:15.1f} {r[7]:6.3f}")
+        split = (f"prefill {r[8]:.1f}s/{r[9]} tok, decode {r[10]:.1f}s/{r[11]} forwards" if r[0] == "generate"
+                 else f"scoring {r[12]:.1f}s/{r[13]} tok" if r[13] else "")
+        print(f"{r[0]:9} {r[1]:22} {r[2]:8d} {r[3]:6d} {r[4]:7.1f} {r[5]:7.1f} {r[6]:15.1f} {r[7]:6.3f}  {split}")
     by = {(r[0], r[1]): r for r in rows}
     for mode in modes:
         b, s = by[(mode, "batched")], by[(mode, "one at a time")]

@@ -17,7 +17,8 @@ import contextlib
 import gc
 import inspect
 import os
-from collections import OrderedDict
+import time
+from collections import Counter, OrderedDict
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -61,6 +62,10 @@ class TransformersBackend(Backend):
         self.choose_eos = choose_eos
         self.prefix_cache = int(prefix_cache)
         self._prefixes: OrderedDict = OrderedDict()
+        #: Where model time goes: ``prefill_s`` / ``prefill_tokens`` (prompt tokens computed, cached
+        #: prefixes excluded), ``decode_s`` / ``decode_steps`` (one forward for a whole batch each),
+        #: ``choose_s`` / ``choose_tokens``. Benchmarks read it; nothing else depends on it.
+        self.timing: Counter = Counter()
         path, gguf_file, self.model = resolve_model(model)
         self._base_model = self.model
         self.path = path
@@ -189,7 +194,9 @@ class TransformersBackend(Backend):
         out_lp: list[list[float]] = [[] for _ in range(B)]
         done = [False] * B
         with self._ctx():
+            t0 = time.perf_counter()
             logits, cache, mask = self._prefill(prompts)
+            t1 = time.perf_counter()
             next_pos = torch.tensor([[len(p)] for p in prompts], device=dev)
             for _step in range(max(limits)):
                 last = logits[:, -1, :].float()
@@ -215,6 +222,7 @@ class TransformersBackend(Backend):
                 mask = torch.cat([mask, torch.ones((B, 1), dtype=mask.dtype, device=dev)], dim=1)
                 logits, cache = self._forward(feed, mask, next_pos, cache)
                 next_pos = next_pos + 1
+        self.timing.update(prefill_s=t1 - t0, decode_s=time.perf_counter() - t1, decode_steps=max(map(len, out_ids)))
         return [self._result(reqs[r], prompts[r], out_ids[r], out_lp[r]) for r in range(B)]
 
     def _prefill(self, prompts: list[list[int]]):
@@ -243,6 +251,7 @@ class TransformersBackend(Backend):
             past_mask[r, U - u:] = 1
         mask = torch.cat([past_mask, new_mask], dim=1).to(dev)
         logits, cache = self._forward(ids.to(dev), mask, pos.to(dev), past, logits_to_keep=1)
+        self.timing["prefill_tokens"] += sum(len(x) for x in news)
         if self.prefix_cache > 0 and cache is not None:
             T = U + N
             for r, (x, u) in enumerate(zip(news, reuse)):
@@ -415,12 +424,14 @@ class TransformersBackend(Backend):
             want_cols += keep
         past = self._past_of([matches[r] for r in rows])
         decoder = self.hf_model.get_decoder()
+        t0 = time.perf_counter()
         res = decoder(input_ids=ids.to(dev), attention_mask=mask.to(dev), position_ids=pos.to(dev),
                       use_cache=self.prefix_cache > 0, **{self._cache_kw: past})
         hidden = res.last_hidden_state[torch.tensor(want_rows, device=dev), torch.tensor(want_cols, device=dev)]
         logits = self.hf_model.get_output_embeddings()(hidden).float()
         lp = (logits - torch.logsumexp(logits, dim=-1, keepdim=True)).cpu()  # [sum of kept positions, V]
         cache = getattr(res, "cache", None) or getattr(res, "past_key_values", None)
+        self.timing.update(choose_s=time.perf_counter() - t0, choose_tokens=sum(len(x) for x, _ in packs))
         at_lp = 0
         for k, r in enumerate(rows):
             prompt, opts = items[r]
