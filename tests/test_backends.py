@@ -302,13 +302,18 @@ def test_generate_reuses_prompt_prefixes_without_changing_results(tiny_model_dir
         widths.append(ids.shape[1])
         return forward(ids, *a, **k)
     warm._forward = spy
+    first_widths = []
     for batch in (step1, step2):
         widths.clear()
         got, want = warm.generate(reqs(batch)), cold.generate(reqs(batch))
         assert [g.text for g in got] == [w.text for w in want]
         for g, w in zip(got, want):
             assert g.logprobs == pytest.approx(w.logprobs, abs=1e-5)
-    assert len(warm._prefixes) == 7 and not cold._prefixes
+        first_widths = first_widths or list(widths)
+    # step 1: the three episodes' shared system prompt was computed once, then only each row's own part
+    system_tokens = len(warm.chat_ids([system]))
+    assert first_widths[0] >= system_tokens - 12 and first_widths[1] < 40, first_widths
+    assert len(warm._prefixes) == 8 and not cold._prefixes  # 7 prompts and the shared prefix
     # step 2's prefill fed only what no earlier prompt had: far less than the longest prompt
     longest = max(len(warm.chat_ids(m)) for m in step2)
     assert widths[0] < longest - 100
@@ -384,7 +389,7 @@ def test_choose_reuses_a_shared_prompt_prefix_exactly(tiny):
     options = ["go north", "look", "open fridge", "take the red apple"]
     tiny._prefixes.clear()
     reused = tiny.choose([ChoiceRequest(m, options) for m in steps])
-    assert len(tiny._prefixes) == 4  # each prompt's KV was kept for the next step
+    assert len(tiny._prefixes) == 5  # each prompt's KV was kept for the next step, and their shared prefix
     naive = tiny.choose_naive([ChoiceRequest(m, options) for m in steps])
     for r, n in zip(reused, naive):
         assert r.scores == pytest.approx(n.scores, abs=1e-4) and r.index == n.index
@@ -397,7 +402,7 @@ def test_choose_batches_requests_in_one_forward_and_equals_naive(tiny_model_dir,
 
     b = TransformersBackend(model=str(tiny_model_dir), dtype="fp32", max_batch=8)
     system = Message("system", "You are an agent in a small kitchen with a fridge and a lamp. " * 2)
-    options = [["go north", "look", "open fridge", "take the red apple"], ["a", "bb", ""], ["inventory", "eat"]]
+    options = [["go north", "look", "", "take the red apple"]] * 3  # similar rows: one batch
     episodes = [[system, Message("user", f"Episode {e}: step {{}}. Next action:")] for e in range(3)]
 
     def step(i):
@@ -408,18 +413,27 @@ def test_choose_batches_requests_in_one_forward_and_equals_naive(tiny_model_dir,
     original = decoder.forward
     monkeypatch.setattr(decoder, "forward", lambda *a, **k: calls.append(k["input_ids"].shape) or original(*a, **k))
     first = b.choose(step(0))
-    assert len(calls) == 1 and calls[0][0] == 3  # three requests, one forward
+    # the episodes' shared system prompt once, then the three requests in one forward
+    assert len(calls) == 2 and calls[0][0] == 1 and calls[1][0] == 3
     matched = []
     match = b._prefix_match
     monkeypatch.setattr(b, "_prefix_match", lambda p: matched.append(match(p)[1]) or match(p))
     second = b.choose(step(3))  # each prompt extends its episode's previous one: cached prefixes reused
-    assert len(calls) == 2 and min(matched) >= 32
+    assert len(calls) == 3 and min(matched) >= 32
     for got, reqs in ((first, step(0)), (second, step(3))):
         for g, n in zip(got, b.choose_naive(reqs)):
             assert g.error is None and g.index == n.index
             finite = [i for i, v in enumerate(n.scores) if v != float("-inf")]
             assert [g.scores[i] for i in finite] == pytest.approx([n.scores[i] for i in finite], abs=1e-4)
     assert first[1].scores[2] == float("-inf")
+    # rows of very different lengths are split rather than padded
+    calls.clear()
+    uneven = [ChoiceRequest(user("hi"), ["a", "b"]),
+              ChoiceRequest(user("a much longer question about the kitchen " * 3), ["yes", "no", "maybe later"])]
+    got = b.choose(uneven)
+    assert [c[0] for c in calls] == [1, 1]
+    for g, n in zip(got, b.choose_naive(uneven)):
+        assert g.scores == pytest.approx(n.scores, abs=1e-4)
     # options that overflow the context window packed in one row: that request alone is chunked
     many = [f"option number {i:02d} with words" for i in range(12)]
     mixed = [ChoiceRequest(user("q" * 40), many), ChoiceRequest(user("pick"), ["a", "bb"])]

@@ -225,6 +225,27 @@ class TransformersBackend(Backend):
         self.timing.update(prefill_s=t1 - t0, decode_s=time.perf_counter() - t1, decode_steps=max(map(len, out_ids)))
         return [self._result(reqs[r], prompts[r], out_ids[r], out_lp[r]) for r in range(B)]
 
+    def _warm_shared_prefix(self, prompts: list[list[int]]) -> None:
+        """Rows of a batch often share a long prefix nobody has cached yet (the system prompt and skills
+        of one program's episodes, at their first step): compute it once, so every row reuses it instead
+        of each computing its own copy. Measured on twx-easy: 12 first steps prefilled 12 system prompts."""
+        if self.prefix_cache <= 0 or len(prompts) < 2:
+            return
+        first = prompts[0]
+        n = min(len(p) for p in prompts) - 1  # a row always keeps one token of its own to feed
+        for p in prompts[1:]:
+            k = 0
+            while k < n and p[k] == first[k]:
+                k += 1
+            n = k
+        if n < 32 or all(self._prefix_match(p)[1] >= n for p in prompts):
+            return
+        shared = first[:n]
+        ids = torch.tensor([shared], device=self.device)
+        _, cache = self._forward(ids, torch.ones_like(ids), torch.arange(n, device=self.device)[None], None)
+        self.timing["prefill_tokens"] += n
+        self._prefix_store(shared, cache)
+
     def _prefill(self, prompts: list[list[int]]):
         """One forward over the prompts of a batch; returns (last logits, cache, attention mask).
 
@@ -234,6 +255,7 @@ class TransformersBackend(Backend):
         explicit positions; the mask hides the pads, so rows never see each other or the holes.
         Afterwards each row's whole prompt KV joins the prefix cache."""
         dev, B = self.device, len(prompts)
+        self._warm_shared_prefix(prompts)
         matches = [self._prefix_match(p) for p in prompts]
         reuse = [n for _, n in matches]
         U = max(reuse)
@@ -377,6 +399,7 @@ class TransformersBackend(Backend):
         token go through the LM head. A request whose options would overflow the context window in
         one row gets None (the caller scores it alone, chunked)."""
         dev, B = self.device, len(items)
+        self._warm_shared_prefix([prompt for prompt, _ in items])
         matches = [self._prefix_match(prompt) for prompt, _ in items]
         reuse = [n for _, n in matches]
         rows, out = [], [None] * B
@@ -386,6 +409,14 @@ class TransformersBackend(Backend):
                 continue
             rows.append(r)
         if not rows:
+            return out
+        sizes = {r: len(items[r][0]) - reuse[r] + sum(max(len(o) - 1, 0) for o in items[r][1]) for r in rows}
+        if len(rows) > 1 and len(rows) * max(sizes.values()) > 1.3 * sum(sizes.values()):
+            # Rows of very different lengths would mostly compute padding: split them by length.
+            order = sorted(rows, key=sizes.__getitem__)
+            for part in (order[:len(order) // 2], order[len(order) // 2:]):
+                for r, scores in zip(part, self._score_batch([items[r] for r in part])):
+                    out[r] = scores
             return out
         U = max(reuse[r] for r in rows)
         packs = []
