@@ -101,7 +101,7 @@ def test_cli_train_sft(tmp_path, tiny_dir, monkeypatch):
     assert r.exit_code != 0 and "two trainers" in r.output
 
 
-def test_a_stopped_sft_resumes_exactly_and_skillrl_refuses(tmp_path, tiny_dir):
+def test_a_stopped_sft_resumes_exactly_and_resume_needs_a_saved_state(tmp_path, tiny_dir):
     import torch
 
     from evolver.errors import EvolverError
