@@ -39,14 +39,16 @@ class TransformersBackend(Backend):
 
     def __init__(self, model: str | None = None, dtype: str = "bf16", max_batch: int | None = None,
                  threads: int | None = None, choose_eos: bool = False, prefix_cache: int = 64,
-                 device: str = "auto", **_: Any):
+                 device: str = "auto", sample_device: str = "model", **_: Any):
         """``dtype="bf16"`` keeps fp32 weights and runs under bf16 autocast (fastest measured here).
 
         ``max_batch``: requests decoded together (default 16 on a CPU, 128 on a GPU, where decoding
         small models is bound by kernel launches and wider batches are nearly free).
         ``device``: ``"auto"`` (a CUDA GPU when torch sees one, else the CPU), ``"cpu"``, ``"cuda"``
-        or ``"cuda:N"``. Sampling draws from a per-request generator on that device, so a seed gives
-        the same sample whatever else is in the batch (but not the same sample on CPU and GPU).
+        or ``"cuda:N"``. Sampling draws from a per-request generator, so a seed gives the same sample
+        whatever else is in the batch. ``sample_device="model"`` draws on the model's device (fastest);
+        ``"cpu"`` draws on the CPU whatever the model's device (one [batch, vocab] copy per step), so a
+        seed gives the same sample on a GPU as on a CPU, up to the logits' own rounding.
 
         ``prefix_cache`` is how many recent prompts keep their KV for ``choose`` (0: off): a new
         prompt reuses the longest prefix it shares with one of them (~10 MB each for SmolLM2-135M).
@@ -82,6 +84,9 @@ class TransformersBackend(Backend):
             raise BackendError(f"cannot load model from {path}: {type(exc).__name__}: {exc}") from exc
         dev = _device(device)
         self.hf_model.to(dev).eval()
+        if sample_device not in ("model", "cpu"):
+            raise BackendError(f"sample_device {sample_device!r} not supported; use 'model' or 'cpu'")
+        self.sample_device = sample_device
         self.max_batch = max(1, int(max_batch)) if max_batch else (128 if dev.type == "cuda" else 16)
         cfg = self.hf_model.config
         self.context_window = int(getattr(cfg, "max_position_embeddings", 0) or 2048)
@@ -188,7 +193,7 @@ class TransformersBackend(Backend):
         prompts = [item[2] for item in chunk]
         limits = [item[3] for item in chunk]
         B, dev = len(chunk), self.device
-        gens = [_generator(req, dev) for req in reqs]
+        gens = [_generator(req, dev if self.sample_device == "model" else torch.device("cpu")) for req in reqs]
         want_lp = any(req.logprobs for req in reqs)
         out_ids: list[list[int]] = [[] for _ in range(B)]
         out_lp: list[list[float]] = [[] for _ in range(B)]
@@ -290,8 +295,10 @@ class TransformersBackend(Backend):
         if rows:
             temps = torch.tensor([reqs[r].temperature for r in rows], device=last.device)
             probs = torch.softmax(last[rows] / temps[:, None], dim=-1)
+            if probs.device != gens[rows[0]].device:
+                probs = probs.cpu()
             drawn = [torch.multinomial(probs[i], 1, generator=gens[r]) for i, r in enumerate(rows)]
-            toks[rows] = torch.cat(drawn)
+            toks[rows] = torch.cat(drawn).to(toks.device)
         return toks
 
     def _stop_hit(self, ids: list[int], stop: list[str] | None) -> bool:
