@@ -63,8 +63,13 @@ def save_state(trainer, folder: Path, step: int) -> None:
              "extra": trainer.resume_extra() if hasattr(trainer, "resume_extra") else {}}  # a subclass's own state
     if trainer.cfg.lora:
         state["trainable"] = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
+    write_state(folder, state)
+
+
+def write_state(folder: Path, state: dict, prefix: str = "step-") -> None:
+    """``state`` next to the weights in ``folder``; the run's older states (same ``prefix``) go."""
     torch.save(state, Path(folder) / STATE)
-    for older in Path(folder).parent.glob(f"step-*/{STATE}"):  # optimizer state is big: keep the newest
+    for older in Path(folder).parent.glob(f"{prefix}*/{STATE}"):  # optimizer state is big: keep the newest
         if older.parent != Path(folder):
             older.unlink()
 

@@ -242,20 +242,28 @@ class GRPOTrainer:
         return summarize(self.ctx.program.id, split or cfg.eval_split, eps)
 
     # ------------------------------------------------------------------------------- the loop
+    def resume_from(self, folder, state: dict) -> int:
+        """Load a saved checkpoint (weights, optimizer, RNG, task queue) into the set-up trainer, forget
+        the steps the stopped run recorded after it, and return its step."""
+        from evolver_grpo.checkpoint import restore
+
+        start = restore(self, folder, state)
+        self.run.store.delete_train_steps(self.run.id, after=start)
+        self.engine.sync(self.model, f"{self.base_id}+grpo:{self.run.id}:{start}")
+        return start
+
     def train(self, resume: bool = False) -> dict:
         """Train ``steps`` steps. ``resume=True`` continues this run from its newest checkpoint
         (``save_every`` sets how often one is written): weights, optimizer, RNG and task queue, so
         the remaining steps play the tasks and seeds they would have played."""
-        from evolver_grpo.checkpoint import latest_state, restore, save_and_commit, save_step
+        from evolver_grpo.checkpoint import latest_state, save_and_commit, save_step
 
         self.setup()
         cfg = self.cfg
         evals, start = [], 0
         found = latest_state(self.run.workspace, self.run.id) if resume else None
         if found:
-            start = restore(self, *found)
-            self.run.store.delete_train_steps(self.run.id, after=start)  # steps the killed run did not save
-            self.engine.sync(self.model, f"{self.base_id}+grpo:{self.run.id}:{start}")
+            start = self.resume_from(*found)
         if cfg.eval_per_category and not start:
             evals.append({"step": 0, **self.evaluate().metrics()})
         program, checkpoint = None, None

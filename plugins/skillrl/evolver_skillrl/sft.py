@@ -195,15 +195,12 @@ class SFTTrainer:
 
 
     def _save_state(self, n: int) -> None:
-        from evolver_grpo.checkpoint import STATE, save
+        from evolver_grpo.checkpoint import save, write_state
 
         folder = self.run.workspace / "checkpoints" / self.run.id / f"sft-step-{n}"
         save(self.model, getattr(self.engine.backend, "tokenizer", None), folder)
-        torch.save({"step": n, "optimizer": self.opt.state_dict(), "torch_rng": torch.get_rng_state(),
-                    "history": self.history, "program": self.program.id}, folder / STATE)
-        for older in folder.parent.glob(f"sft-step-*/{STATE}"):  # optimizer state is big: keep the newest
-            if older.parent != folder:
-                older.unlink()
+        write_state(folder, {"step": n, "optimizer": self.opt.state_dict(), "torch_rng": torch.get_rng_state(),
+                             "history": self.history, "program": self.program.id}, prefix="sft-step-")
 
     def _restore(self, folder: Path, state: dict) -> int:
         from evolver_grpo.checkpoint import load_weights

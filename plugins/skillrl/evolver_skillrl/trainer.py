@@ -112,7 +112,7 @@ class SkillRLTrainer(GRPOTrainer):
     def train(self, resume: bool = False) -> dict:
         """``resume=True`` goes on from the newest checkpoint this run saved (``save_every``), with the
         bank, pending evolution and validations it had then."""
-        from evolver_grpo.checkpoint import latest_state, restore, save_and_commit
+        from evolver_grpo.checkpoint import latest_state, save_and_commit
 
         found = latest_state(self.run.workspace, self.run.id) if resume else None
         if resume and found is None:
@@ -122,15 +122,13 @@ class SkillRLTrainer(GRPOTrainer):
         self.setup()
         cfg, start = self.cfg, 0
         if found:
-            start = restore(self, *found)
+            start = self.resume_from(*found)
             extra, repo = found[1]["extra"], self.run.repo
             self.use(repo.checkout(extra["program"]))
             self.pending = extra["pending"] and {"previous": repo.checkout(extra["pending"]["previous"]),
                                                  "score": extra["pending"]["score"]}
             self.validations, self.growth, self.evals = extra["validations"], extra["growth"], extra["evals"]
             self.pins = {g: set(h) for g, h in extra["pins"].items()}
-            self.run.store.delete_train_steps(self.run.id, after=start)
-            self.engine.sync(self.model, f"{self.base_id}+grpo:{self.run.id}:{start}")
         else:
             self.evals = [{"step": 0, **self.evaluate().metrics()}]
         evals = self.evals
