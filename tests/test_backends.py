@@ -319,6 +319,71 @@ def test_generate_reuses_prompt_prefixes_without_changing_results(tiny_model_dir
     assert widths[0] < longest - 100
 
 
+def test_prefixes_shared_by_some_rows_are_computed_once(tiny_model_dir):
+    """Two games' episodes: all share the system prompt, each game's share its task text. Each shared
+    prefix is computed once (the system prompt first, each task text on top of it), then each row only
+    its own observation; results equal a cold backend's."""
+    from evolver.backends.transformers_backend import TransformersBackend
+
+    warm = TransformersBackend(model=str(tiny_model_dir), dtype="fp32", max_batch=8)
+    cold = TransformersBackend(model=str(tiny_model_dir), dtype="fp32", max_batch=8, prefix_cache=0)
+    system = Message("system", "You play a text game. Pick good actions and explain nothing at all.")
+    tasks = ["Task: cook the meal in the recipe, then eat it. ", "Task: put every item where it belongs. "]
+    batch = [[system, Message("user", tasks[i % 2] + f"You are in room {i}.")] for i in range(4)]
+    reqs = [GenRequest(m, max_tokens=3, logprobs=True) for m in batch]
+    widths, forward = [], warm._forward
+
+    def spy(ids, *a, **k):
+        widths.append(tuple(ids.shape))
+        return forward(ids, *a, **k)
+    warm._forward = spy
+    got, want = warm.generate(reqs), cold.generate(reqs)
+    for g, w in zip(got, want):
+        assert g.completion_ids == w.completion_ids and g.logprobs == pytest.approx(w.logprobs, abs=1e-5)
+    system_len = len(warm.chat_ids([system]))
+    prefills = [w for w in widths if w[1] > 1]
+    assert prefills[0] == (1, prefills[0][1]) and prefills[0][1] >= system_len - 12  # the system prompt
+    task_parts = sorted(w[1] for w in prefills[1:3])
+    assert prefills[1][0] == prefills[2][0] == 1 and task_parts[0] >= 32  # each task's text, once
+    assert prefills[3][0] == 4 and prefills[3][1] < 24, prefills  # then each row's own room only
+    assert warm.timing["prefill_tokens"] < 0.6 * sum(len(g.prompt_ids) for g in got)
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_rows_of_very_different_lengths_prefill_apart_and_decode_together(tiny_model_dir, dtype):
+    """Three rows extend cached prompts by a few tokens, one is new and long: padding them to one
+    width would compute the long row's length for every row. They prefill in groups and decode in one
+    batch, and give what a cold backend gives."""
+    from evolver.backends.transformers_backend import TransformersBackend
+
+    warm = TransformersBackend(model=str(tiny_model_dir), dtype=dtype, max_batch=8)
+    cold = TransformersBackend(model=str(tiny_model_dir), dtype=dtype, max_batch=8, prefix_cache=0)
+    system = Message("system", "You play a text game. Pick good actions and explain nothing at all. " * 2)
+    step1 = [[system, Message("user", f"Room {i}. You see a door.")] for i in range(3)]
+    warm.generate([GenRequest(m, max_tokens=2) for m in step1])
+    step2 = [m + [Message("assistant", "open door"), Message("user", f"Hall {i}.")] for i, m in enumerate(step1)]
+    step2.append([Message("system", "Another system prompt nobody cached. " * 3),
+                  Message("user", "begin")])
+    reqs = [GenRequest(m, max_tokens=6, logprobs=True, temperature=0.8 if i % 2 else 0.0, seed=i)
+            for i, m in enumerate(step2)]
+    shapes, forward = [], warm._forward
+
+    def spy(ids, *a, **k):
+        shapes.append(tuple(ids.shape))
+        return forward(ids, *a, **k)
+    warm._forward = spy
+    warm.timing.clear()
+    got, want = warm.generate(reqs), cold.generate(reqs)
+    for g, w in zip(got, want):  # (bf16 rounds differently in other layouts: only fp32 is exact)
+        assert g.error is None and (dtype == "bf16" or g.completion_ids == w.completion_ids)
+        assert g.logprobs == pytest.approx(w.logprobs, abs=1e-5 if dtype == "fp32" else 0.1)
+    assert not warm.timing["batch_failures"]
+    prefills = [s for s in shapes if s[1] > 1]
+    assert len(prefills) == 2 and sorted(s[0] for s in prefills) == [1, 3], shapes  # apart...
+    assert sum(1 for s in shapes if s == (4, 1)) == len(shapes) - 2  # ...then decoded together
+    assert warm.timing["prefill_padded"] < 1.3 * warm.timing["prefill_tokens"]
+
+
 def test_seeded_sampling_is_deterministic(tiny):
     def run(seeds):
         return [r.text for r in tiny.generate([GenRequest(user("tell"), max_tokens=16, temperature=1.0, seed=s)
@@ -346,9 +411,9 @@ def test_eos_ends_a_row_without_disturbing_others(tiny):
     plain = [tiny.generate([r])[0] for r in reqs]
     calls = {"n": 0}
 
-    def force_eos(_module, _inputs, output):  # third forward: row 0 (shortest prompt) emits EOS
-        calls["n"] += 1
-        if calls["n"] == 3:
+    def force_eos(_module, _inputs, output):  # second batch decode: row 0 (shortest prompt) emits EOS
+        calls["n"] += output.shape[0] == 2  # (the prompts, of different lengths, prefill apart)
+        if calls["n"] == 2 and output.shape[0] == 2:
             output[0, -1, :] = -1e4
             output[0, -1, 2] = 1e4
         return output
@@ -367,6 +432,24 @@ def test_overlong_prompt_fails_alone(tiny):
     out = tiny.generate([GenRequest(user("y" * 400)), GenRequest(user("ok"), max_tokens=3)])
     assert out[0].text == "" and "context window is 256" in out[0].error
     assert out[1].error is None and out[1].completion_tokens == 3
+
+
+def test_a_failing_batch_is_retried_row_by_row_and_said(tiny, monkeypatch, caplog):
+    """Only the culprit errors; and the fallback is counted and logged, since a bug that fails every
+    batch would otherwise only show as slowness (it once did)."""
+    prefill, culprit = tiny._prefill, tiny.chat_ids(user("x"))
+
+    def fussy(prompts):
+        if len(prompts) > 1 or prompts[0] == culprit:
+            raise RuntimeError("boom")
+        return prefill(prompts)
+    monkeypatch.setattr(tiny, "_prefill", fussy)
+    tiny.timing.clear()
+    with caplog.at_level("WARNING"):
+        out = tiny.generate([GenRequest(user("ok"), max_tokens=3), GenRequest(user("x"), max_tokens=3)])
+    assert out[0].error is None and out[0].completion_tokens == 3
+    assert "RuntimeError: boom" in out[1].error
+    assert tiny.timing["batch_failures"] == 1 and "a batch of 2 failed (RuntimeError: boom)" in caplog.text
 
 
 def test_choose_shared_kv_equals_naive(tiny):
