@@ -454,7 +454,7 @@ def test_a_failing_batch_is_retried_row_by_row_and_said(tiny, monkeypatch, caplo
 
 def test_choose_shared_kv_equals_naive(tiny):
     options = ["go north", "look", "take the red apple from the table", "", "x", "open fridge", "inventory",
-               "go south", "eat", "put apple in fridge", "drop lamp", "examine <|im_end|> note"]
+               "go south", "eat", "put apple in fridge", "drop lamp", "examine <|im_end|> note", "go", "look"]
     reqs = [ChoiceRequest(CONVERSATIONS[1], options), ChoiceRequest(user("pick"), ["a", "bb"])]
     shared, naive = tiny.choose(reqs), tiny.choose_naive(reqs)
     for s, n in zip(shared, naive):
@@ -464,6 +464,18 @@ def test_choose_shared_kv_equals_naive(tiny):
     assert shared[0].scores[3] == float("-inf")  # the empty option can never win
     assert shared[0].completion_tokens == tiny.count_tokens(options[shared[0].index])
     assert shared[0].prompt_tokens == len(tiny.chat_ids(CONVERSATIONS[1]))
+
+
+def test_options_that_start_alike_share_their_start(tiny_model_dir):
+    from evolver.backends.transformers_backend import TransformersBackend
+
+    b = TransformersBackend(model=str(tiny_model_dir), dtype="fp32", prefix_cache=0)
+    options = ["go north", "go south", "go", "go north", "look"]
+    req = ChoiceRequest(user("where now?"), options)
+    got, naive = b.choose([req])[0], b.choose_naive([req])[0]
+    assert got.scores == pytest.approx(naive.scores, abs=1e-4) and got.scores[0] == got.scores[3]
+    # fed once each: "g", "go", "go ", then "n", "no", "nor", "nort" and "s", "so", "sou", "sout"; "l", "lo", "loo"
+    assert b.timing["choose_tokens"] == len(b.chat_ids(req.messages)) + 3 + 4 + 4 + 3
 
 
 def test_choose_reuses_a_shared_prompt_prefix_exactly(tiny):
