@@ -15,6 +15,7 @@ import time
 
 import torch
 
+from evolver.backends.prefix_cache import row_kv, split_by_length
 from evolver.errors import BackendError
 from evolver.types import ChoiceRequest, ChoiceResult
 
@@ -43,7 +44,8 @@ class ChoiceScoring:
                     scored = self._score_batch([(prompt, opts) for _, prompt, opts in chunk])
                 except BackendError:
                     raise
-                except Exception:  # noqa: BLE001 - score one by one, so only the culprit fails
+                except Exception as exc:  # noqa: BLE001 - score one by one, so only the culprit fails
+                    self._batch_failed(len(chunk), exc)
                     scored = [None] * len(chunk)
                 for (i, prompt, opts), scores in zip(chunk, scored):
                     results[i] = (self._choice_result(prompt, opts, scores) if scores is not None
@@ -120,10 +122,9 @@ class ChoiceScoring:
         if not rows:
             return out
         sizes = {r: len(items[r][0]) - reuse[r] + len(tries[r][0]) for r in rows}
-        if len(rows) > 1 and len(rows) * max(sizes.values()) > 1.3 * sum(sizes.values()):
-            # Rows of very different lengths would mostly compute padding: split them by length.
-            order = sorted(rows, key=sizes.__getitem__)
-            for part in (order[:len(order) // 2], order[len(order) // 2:]):
+        groups = split_by_length(list(sizes.values()), slack=1.3)
+        if groups is not None:
+            for part in ([rows[i] for i in idx] for idx in groups):
                 for r, scores in zip(part, self._score_batch([items[r] for r in part])):
                     out[r] = scores
             return out
@@ -184,10 +185,7 @@ class ChoiceScoring:
             out[r] = scores
             at_lp += 1 + len(nodes)
             if self.prefix_cache > 0 and cache is not None:
-                kv = [(torch.cat([layer.keys[k:k + 1, :, U - u:U], layer.keys[k:k + 1, :, U:U + q]], dim=2).clone(),
-                       torch.cat([layer.values[k:k + 1, :, U - u:U], layer.values[k:k + 1, :, U:U + q]], dim=2).clone())
-                      for layer in cache.layers]
-                self._prefix_put(prompt, kv)
+                self._prefix_put(prompt, row_kv(cache, k, slice(U - u, U), slice(U, U + q)))
         return out
 
     def _score_shared(self, prompt: list[int], opts: list[list[int]]) -> list[float]:

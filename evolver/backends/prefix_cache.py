@@ -52,17 +52,21 @@ class PrefixCache:
         """Rows whose new parts differ a lot in length would mostly compute padding (measured on
         twx-easy: 10.7k tokens computed for 7.2k real ones): prefill them in groups of similar length,
         then merge the groups' caches into one batch for decoding."""
-        news = [len(p) - n for p, (_, n) in zip(prompts, matches)]
-        if len(prompts) < 2 or len(prompts) * max(news) <= 1.15 * sum(news):
+        groups = split_by_length([len(p) - n for p, (_, n) in zip(prompts, matches)], slack=1.15)
+        if groups is None:
             return self._prefill_rows(prompts, matches)
-        order = sorted(range(len(prompts)), key=news.__getitem__)
-        lens = [news[i] for i in order]
-        # the cut into [shorter][longer] that computes the fewest tokens, padding included
-        cut = min(range(1, len(order)), key=lambda k: k * lens[k - 1] + (len(order) - k) * lens[-1])
-        parts = []
-        for idx in (order[:cut], order[cut:]):
-            parts.append((idx, self._prefill_split([prompts[i] for i in idx], [matches[i] for i in idx])))
-        return _merge_prefills(parts, len(prompts))
+        B = len(prompts)
+        parts = [(idx, *self._prefill_split([prompts[i] for i in idx], [matches[i] for i in idx]))
+                 for idx in groups]
+        W = max(m.shape[1] for *_, m in parts)  # each group's cache and mask right-aligned to the widest
+        cache = _right_aligned([(idx, [(layer.keys, layer.values) for layer in c.layers]) for idx, _, c, _ in parts],
+                               B, W)
+        logits = parts[0][1].new_empty((B, *parts[0][1].shape[1:]))
+        mask = parts[0][3].new_zeros((B, W))
+        for idx, lg, _, m in parts:
+            logits[idx] = lg
+            mask[idx, W - m.shape[1]:] = m
+        return logits, cache, mask
 
     def _prefill_rows(self, prompts: list[list[int]], matches: list[tuple[Any, int]]):
         """One forward. A row is laid out as [pad][cached prefix][pad][new tokens], right-aligned in
@@ -90,10 +94,7 @@ class PrefixCache:
         if self.prefix_cache > 0 and cache is not None:
             T = U + N
             for r, (x, u) in enumerate(zip(news, reuse)):
-                kv = [(torch.cat([layer.keys[r:r + 1, :, U - u:U], layer.keys[r:r + 1, :, T - len(x):T]], dim=2).clone(),
-                       torch.cat([layer.values[r:r + 1, :, U - u:U], layer.values[r:r + 1, :, T - len(x):T]], dim=2).clone())
-                      for layer in cache.layers]
-                self._prefix_put(prompts[r], kv)
+                self._prefix_put(prompts[r], row_kv(cache, r, slice(U - u, U), slice(T - len(x), T)))
         return logits, cache, mask
 
     def _prefix_match(self, prompt: list[int]) -> tuple[Any, int]:
@@ -123,20 +124,8 @@ class PrefixCache:
         U = max((u for _, u in matches), default=0)
         if not U:
             return None
-        from transformers import DynamicCache
-
-        past = DynamicCache()
-        first = next(kv for kv, _ in matches if kv is not None)
-        for layer, (k0, v0) in enumerate(first):
-            K = k0.new_zeros((len(matches), k0.shape[1], U, k0.shape[3]))
-            V = k0.new_zeros((len(matches), v0.shape[1], U, v0.shape[3]))
-            for r, (kv, u) in enumerate(matches):
-                if kv is not None:
-                    k, v = kv[layer]
-                    K[r, :, U - u:] = k[0, :, :u].to(K.dtype)
-                    V[r, :, U - u:] = v[0, :, :u].to(V.dtype)
-            past.update(K, V, layer)
-        return past
+        return _right_aligned([([r], [(k[:, :, :u], v[:, :, :u]) for k, v in kv])
+                               for r, (kv, u) in enumerate(matches) if kv is not None], len(matches), U)
 
     def _prefix_put(self, prompt: list[int], kv: list) -> None:
         self._prefixes[tuple(prompt)] = (torch.tensor(prompt), kv)
@@ -152,27 +141,38 @@ def _common_prefix(a: list[int], b: list[int], limit: int) -> int:
     return n
 
 
-def _merge_prefills(parts, B: int):
-    """One batch from prefills of disjoint row groups (``(row indices, (logits, cache, mask))``): each
-    group's cache and mask right-aligned to the widest, zeros (masked) before."""
+def split_by_length(sizes: list[int], slack: float) -> tuple[list[int], list[int]] | None:
+    """Rows of very different lengths padded to one width would mostly compute padding: None when the
+    padded total stays within ``slack`` times the real one, else the cut into [shorter][longer] rows
+    (indices) that computes the fewest tokens, padding included. Callers recurse on each part."""
+    if len(sizes) < 2 or len(sizes) * max(sizes) <= slack * sum(sizes):
+        return None
+    order = sorted(range(len(sizes)), key=sizes.__getitem__)
+    lens = [sizes[i] for i in order]
+    cut = min(range(1, len(order)), key=lambda k: k * lens[k - 1] + (len(order) - k) * lens[-1])
+    return order[:cut], order[cut:]
+
+
+def row_kv(cache, r: int, past: slice, new: slice) -> list:
+    """Row ``r``'s KV, per layer, from the columns of its cached prefix and of its new tokens: what
+    the prefix cache keeps of one prompt of a batch forward."""
+    return [(torch.cat([layer.keys[r:r + 1, :, past], layer.keys[r:r + 1, :, new]], dim=2).clone(),
+             torch.cat([layer.values[r:r + 1, :, past], layer.values[r:r + 1, :, new]], dim=2).clone())
+            for layer in cache.layers]
+
+
+def _right_aligned(pieces, B: int, W: int):
+    """A batch cache of ``B`` rows and width ``W`` from ``pieces``: (rows, per-layer (K, V) of those
+    rows), each right-aligned, zeros (masked by the caller) before."""
     from transformers import DynamicCache
 
-    W = max(mask.shape[1] for _, (_, _, mask) in parts)
-    logits0, cache0, mask0 = parts[0][1]
-    logits = logits0.new_empty((B, *logits0.shape[1:]))
-    mask = mask0.new_zeros((B, W))
     cache = DynamicCache()
-    for layer in range(len(cache0.layers)):
-        k0, v0 = cache0.layers[layer].keys, cache0.layers[layer].values
+    for layer, (k0, v0) in enumerate(pieces[0][1]):
         K = k0.new_zeros((B, k0.shape[1], W, k0.shape[3]))
         V = v0.new_zeros((B, v0.shape[1], W, v0.shape[3]))  # under autocast K and V may differ in dtype
-        for idx, (_, c, m) in parts:
-            rows = torch.tensor(idx, device=k0.device)
-            K[rows, :, W - m.shape[1]:] = c.layers[layer].keys.to(K.dtype)
-            V[rows, :, W - m.shape[1]:] = c.layers[layer].values.to(V.dtype)
+        for rows, kv in pieces:
+            k, v = kv[layer]
+            K[rows, :, W - k.shape[2]:] = k.to(K.dtype)
+            V[rows, :, W - v.shape[2]:] = v.to(V.dtype)
         cache.update(K, V, layer)
-    for idx, (lg, _, m) in parts:
-        rows = torch.tensor(idx, device=mask.device)
-        logits[rows] = lg
-        mask[rows, W - m.shape[1]:] = m
-    return logits, cache, mask
+    return cache

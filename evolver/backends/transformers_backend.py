@@ -194,11 +194,13 @@ class TransformersBackend(PrefixCache, ChoiceScoring, Backend):
             if len(chunk) == 1:
                 return [GenResult(text="", prompt_tokens=len(chunk[0][2]),
                                   error=f"generation failed: {type(exc).__name__}: {exc}")]
-            # Said out loud: a bug that fails every batch would otherwise only show as slowness.
-            self.timing["batch_failures"] += 1
-            log.warning("a batch of %d failed (%s: %s); generating its requests one by one",
-                        len(chunk), type(exc).__name__, exc)
+            self._batch_failed(len(chunk), exc)
             return [res for item in chunk for res in self._generate_isolated([item])]
+
+    def _batch_failed(self, size: int, exc: Exception) -> None:
+        # Said out loud: a bug that fails every batch would otherwise only show as slowness.
+        self.timing["batch_failures"] += 1
+        log.warning("a batch of %d failed (%s: %s); running its requests one by one", size, type(exc).__name__, exc)
 
     def _generate_chunk(self, chunk) -> list[GenResult]:
         reqs = [item[1] for item in chunk]
