@@ -1,9 +1,10 @@
 """Episodes per minute of `evolver eval` on twx-easy with the embedded model: all episodes in one
-lockstep batch vs one episode at a time, side by side in one run, for both action modes of the
-default harness (choose among valid actions; write the action). Also the share of wall time spent
-outside model calls.
+lockstep batch vs one episode at a time, side by side in one run, for the default harness's action
+modes (``bench/action_modes.py``: ``write+match``, the default, writes an action and plays the nearest
+valid one; ``likelihood`` ranks the valid actions; ``free`` plays the written text). Also the share of
+wall time spent outside model calls.
 
-    .venv/bin/python bench/eval_throughput.py [--per-category 2] [--max-steps 6]
+    .venv/bin/python bench/eval_throughput.py [--per-category 2] [--max-steps 6] [--actions write+match]
 
 ``--max-steps 0`` plays each game to its own step limit (10-26), as ``evolver eval`` does. The ratio
 grows with the episodes in flight (``--per-category``): decoding one row costs ~45 ms here and 24
@@ -14,16 +15,11 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import tempfile
 import time
 from pathlib import Path
 
-from evolver.config import Config
+from action_modes import MODES, seed_workspace, set_mode  # noqa: E402 (a sibling script)
 from evolver.evaluate import run_episodes
-from evolver.loop import ensure_seed
-from evolver.programs import ProgramRepo
-from evolver.run import Run
-from evolver.store import Store
 from evolver.types import stable_hash
 
 
@@ -31,32 +27,28 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--per-category", type=int, default=2)
     ap.add_argument("--max-steps", type=int, default=6)
-    ap.add_argument("--actions", default="choose,generate", help="action modes to measure (comma-separated)")
+    ap.add_argument("--actions", default="write+match,likelihood",
+                    help="action modes to measure (comma-separated): " + ", ".join(MODES))
     ap.add_argument("--passes", type=int, default=2, help="passes over the fast rows (each row keeps its best)")
     ap.add_argument("--harness", default=None, help="a harness.py to measure instead of the seed's")
-    ap.add_argument("--no-naive", action="store_true", help="skip the naive choose row (25x slower than the rest)")
+    ap.add_argument("--no-naive", action="store_true", help="skip the naive likelihood row (25x slower than the rest)")
     args = ap.parse_args()
-    tmp = Path(tempfile.mkdtemp(prefix="evolver-bench-"))
-    cfg = Config(store=str(tmp), benchmark_options={"suite": "twx-easy", "max_steps": args.max_steps})
-    store = Store(tmp / "evolver.duckdb")
-    run = Run(cfg, store, ProgramRepo(tmp))
-    run.record()
-    seed = ensure_seed(run)
+    tmp, store, run, seed = seed_workspace(max_steps=args.max_steps)
     tasks = run.benchmark.tasks("dev", per_category=args.per_category)
     backend = run.backend("executor")
     harness_file = Path(seed.root) / "harness" / "harness.py"
     original = Path(args.harness).read_text() if args.harness else harness_file.read_text()
     rows = []
     modes = args.actions.split(",")
-    fast = [(m, label, n, "choose") for m in ("choose", "generate") if m in modes
+    fast = [(m, label, n, "choose") for m in MODES if m in modes
             for label, n in (("batched", len(tasks)), ("one at a time", 1))]
     # Two passes over the fast rows, keeping each row's best: the first runs after start-up are slow
     # (kernel selection for new shapes), and a single pass measured mostly the order of the rows.
     # The naive row (one full forward pass per option) runs once: it is 25x slower anyway.
-    naive = "choose" in modes and not args.no_naive
-    plans = fast * args.passes + ([("choose", "naive, one at a time", 1, "choose_naive")] if naive else [])
+    naive = "likelihood" in modes and not args.no_naive
+    plans = fast * args.passes + ([("likelihood", "naive, one at a time", 1, "choose_naive")] if naive else [])
     for mode, label, max_live, method in plans:
-        harness_file.write_text(original.replace("CHOOSE_ACTIONS = True", f"CHOOSE_ACTIONS = {mode == 'choose'}"))
+        harness_file.write_text(set_mode(original, mode))
         seed.hash = stable_hash(mode, label, time.time())  # a fresh cache key: nothing is served from the store
         # "naive": one full forward pass per option, as a user ranking actions by likelihood would write it.
         backend.inner.choose = getattr(backend.inner.__class__, method).__get__(backend.inner)
@@ -84,19 +76,19 @@ def main() -> None:
     store.close()
     shutil.rmtree(tmp, ignore_errors=True)
     print(f"twx-easy dev, {len(tasks)} episodes of at most {args.max_steps} steps, SmolLM2-135M bf16 on CPU")
-    print(f"{'actions':9} {'episodes played':22} {'episodes':>8} {'steps':>6} {'wall s':>7} {'ep/min':>7} "
+    print(f"{'actions':11} {'episodes played':22} {'episodes':>8} {'steps':>6} {'wall s':>7} {'ep/min':>7} "
           f"{'outside model %':>15} {'score':>6}  model time split")
     for r in rows:
-        split = (f"prefill {r[8]:.1f}s/{r[9]} tok ({r[14]} with padding), decode {r[10]:.1f}s/{r[11]} forwards" if r[0] == "generate"
-                 else f"scoring {r[12]:.1f}s/{r[13]} tok" if r[13] else "")
-        print(f"{r[0]:9} {r[1]:22} {r[2]:8d} {r[3]:6d} {r[4]:7.1f} {r[5]:7.1f} {r[6]:15.1f} {r[7]:6.3f}  {split}")
+        split = (f"prefill {r[8]:.1f}s/{r[9]} tok ({r[14]} with padding), decode {r[10]:.1f}s/{r[11]} forwards"
+                 if r[0] != "likelihood" else f"scoring {r[12]:.1f}s/{r[13]} tok" if r[13] else "")
+        print(f"{r[0]:11} {r[1]:22} {r[2]:8d} {r[3]:6d} {r[4]:7.1f} {r[5]:7.1f} {r[6]:15.1f} {r[7]:6.3f}  {split}")
     by = {(r[0], r[1]): r for r in rows}
     for mode in modes:
         b, s = by[(mode, "batched")], by[(mode, "one at a time")]
         print(f"{mode}: batched / one at a time = {b[5] / s[5]:.2f}x episodes per minute")
     if naive:
-        naive = by[("choose", "naive, one at a time")]
-        print(f"choose: batched / naive one at a time = {by[('choose', 'batched')][5] / naive[5]:.1f}x")
+        naive = by[("likelihood", "naive, one at a time")]
+        print(f"likelihood: batched / naive one at a time = {by[('likelihood', 'batched')][5] / naive[5]:.1f}x")
 
 
 if __name__ == "__main__":

@@ -49,4 +49,4 @@ def register_harnesses(register):
     from evolver.harness import SEED_DIR
 
     register("default", SEED_DIR / "harness" / "harness.py",
-             "chooses among valid actions by likelihood; skills indexed and the top ones injected")
+             "writes an action, plays the nearest valid one; skills indexed and the top ones injected")

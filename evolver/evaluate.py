@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import json
 import signal
 import threading
@@ -19,7 +20,7 @@ import time
 import traceback
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from evolver.errors import BackendError, BenchmarkError
 from evolver.harness import Action, ProgramContext, make_harness, task_for_harness
@@ -29,8 +30,8 @@ from evolver.types import ChoiceRequest, Episode, Evaluation, GenRequest, GenRes
 class _Live:
     """One episode in flight."""
 
-    def __init__(self, episode: Episode, ctx: ProgramContext, harness, max_steps: int):
-        self.episode, self.ctx, self.harness, self.max_steps = episode, ctx, harness, max_steps
+    def __init__(self, episode: Episode, ctx: ProgramContext, harness, max_steps: int, key=None):
+        self.episode, self.ctx, self.harness, self.max_steps, self.key = episode, ctx, harness, max_steps, key
         self.env, self.state, self.obs = None, None, Observation("", done=True)
         self.started = time.perf_counter()
         self.request = None
@@ -83,19 +84,17 @@ def evaluate_many(jobs: list[tuple[ProgramContext, list[Task]]], benchmark, back
     pending = [(j, i, e) for j, i, e in slots if (j, i) not in results]
     playing = {j for j, _, _ in pending}
     harnesses = [_try_harness(job[0], harness_factory) if j in playing else None for j, job in enumerate(jobs)]
-    for start in range(0, len(pending), max_live):
-        wave = pending[start:start + max_live]
-        lives = [_Live(e, jobs[j][0], harnesses[j], max_steps) for j, i, e in wave]
-        base = len(results)
-        finished = _play_wave(lives, benchmark, backend,
-                              (lambda n: progress(base + n, total)) if progress else None)
+    lives = (_Live(e, jobs[j][0], harnesses[j], max_steps, key=(j, i)) for j, i, e in pending)
+
+    def finished(done: list[_Live]) -> None:
         if store is not None:
-            store.add_episodes(finished)
-        for (j, i, _), e in zip(wave, finished):
-            results[(j, i)] = e
-            _emit(run, e, on_episode)
+            store.add_episodes([lv.episode for lv in done])
+        for lv in done:
+            results[lv.key] = lv.episode
+            _emit(run, lv.episode, on_episode)
         if progress:
             progress(len(results), total)
+    _play(lives, benchmark, backend, max_live, finished)
     return [[results[(j, i)] for i in range(len(job[1]))] for j, job in enumerate(jobs)]
 
 
@@ -142,34 +141,28 @@ def _emit(run, episode: Episode, on_episode) -> None:
     plugins.hook().on_episode_end(run=run, episode=episode)
 
 
-def _play_wave(live: list[_Live], benchmark, backend, on_round: Callable[[int], None] | None = None) -> list[Episode]:
-    for lv in live:
-        if isinstance(lv.harness, Exception):
-            _fail(lv.episode, f"harness failed to load: {lv.harness!r}", "")
-            lv.done = True
-            continue
-        try:
-            lv.env = benchmark.env(lv.episode.task)
-            lv.obs = lv.env.reset()
-            with harness_deadline():
-                lv.state = lv.harness.start(task_for_harness(lv.episode.task), lv.obs)
-        except BenchmarkError:
-            raise
-        except Exception as exc:
-            _fail(lv.episode, f"episode start failed: {exc!r}", traceback.format_exc())
-            lv.done = True
+def _play(lives: Iterator[_Live], benchmark, backend, max_live: int,
+          finished: Callable[[list[_Live]], None]) -> None:
+    """Advance up to ``max_live`` episodes in lockstep, one batched model call per round; a slot freed
+    by a finished episode is refilled by the next one at once (not when a whole wave is done), so the
+    batch stays full while episodes of different lengths finish at different rounds."""
+    live: list[_Live] = []
     try:
         while True:
-            active = [lv for lv in live if not lv.done]
-            if on_round:
-                on_round(len(live) - len(active))
-            if not active:
-                break
-            for lv in active:
-                _ask(lv)
-            active = [lv for lv in active if not lv.done]
-            gens = [lv for lv in active if isinstance(lv.request, GenRequest)]
-            choices = [lv for lv in active if isinstance(lv.request, ChoiceRequest)]
+            for lv in itertools.islice(lives, max_live - len(live)):
+                _start(lv, benchmark)
+                live.append(lv)
+            done = [lv for lv in live if lv.done]
+            if done:
+                live = [lv for lv in live if not lv.done]
+                for lv in done:
+                    _close(lv)
+                finished(done)  # stored as they finish: a run killed now loses only the live ones
+                continue  # refill the freed slots before the next model call
+            if not live:
+                return
+            gens = [lv for lv in live if isinstance(lv.request, GenRequest)]
+            choices = [lv for lv in live if isinstance(lv.request, ChoiceRequest)]
             for group, call in ((gens, backend.generate), (choices, backend.choose)):
                 if not group:
                     continue
@@ -181,17 +174,40 @@ def _play_wave(live: list[_Live], benchmark, backend, on_round: Callable[[int], 
                 for lv, answer in zip(group, answers):
                     lv.episode.model_s += share
                     _act(lv, answer, share)
+                    if not lv.done:
+                        _ask(lv)  # the next request, or the end of the episode
     finally:
         for lv in live:
-            if lv.env is not None:
-                try:
-                    lv.env.close()
-                except Exception:
-                    pass
-    for lv in live:
-        lv.episode.wall_s = time.perf_counter() - lv.started
-        lv.episode.tally()
-    return [lv.episode for lv in live]
+            _close(lv)
+
+
+def _start(lv: _Live, benchmark) -> None:
+    """Reset the episode's environment and ask for its first action."""
+    if isinstance(lv.harness, Exception):
+        _fail(lv.episode, f"harness failed to load: {lv.harness!r}", "")
+        return _finish(lv)
+    try:
+        lv.env = benchmark.env(lv.episode.task)
+        lv.obs = lv.env.reset()
+        with harness_deadline():
+            lv.state = lv.harness.start(task_for_harness(lv.episode.task), lv.obs)
+    except BenchmarkError:
+        raise
+    except Exception as exc:
+        _fail(lv.episode, f"episode start failed: {exc!r}", traceback.format_exc())
+        return _finish(lv)
+    _ask(lv)
+
+
+def _close(lv: _Live) -> None:
+    if lv.env is not None:
+        try:
+            lv.env.close()
+        except Exception:
+            pass
+        lv.env = None
+    lv.episode.wall_s = time.perf_counter() - lv.started
+    lv.episode.tally()
 
 
 def _ask(lv: _Live) -> None:

@@ -84,12 +84,15 @@ class GenResult:
 class ChoiceRequest:
     """Pick one of ``options`` as the assistant's reply to ``messages``.
 
-    A backend that can score continuations ranks options by length-normalised log-likelihood
-    (a 135M model chooses far better than it writes); others generate and match.
+    A backend that can score continuations ranks options by length-normalised log-likelihood;
+    others generate and match. ``write=True`` asks every backend to write a reply and match the
+    nearest option, which picks better actions on twx-easy, for the base 135M model and after SFT
+    (``bench/action_modes.py``).
     """
 
     messages: list[Message]
     options: list[str]
+    write: bool = False
 
 
 @dataclass

@@ -2,6 +2,7 @@
 random Llama built here, no network), the embedded-model locator, and one slow test on SmolLM2."""
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import socket
@@ -59,6 +60,14 @@ def test_scripted_choose_with_rule_and_fallback():
 def test_scripted_choose_from_queue():
     b = ScriptedBackend(answers=["take apple"])
     assert b.choose([ChoiceRequest(user("?"), ["look", "take apple", "take pear"])])[0].index == 1
+
+
+def test_a_written_choice_runs_a_few_tokens_past_the_longest_option_and_no_further():
+    b = ScriptedBackend(answers=["take the red apple from the table and then eat it", "look"])
+    got = b.choose([ChoiceRequest(user("?"), ["look", "take red apple"], write=True),
+                    ChoiceRequest(user("?"), ["a " * 40], write=True)])
+    assert [c.max_tokens for c in b.calls] == [3 + 4, 32]  # word counts here; capped at 32
+    assert got[0].index == 1 and got[1].index == 0
 
 
 # ----------------------------------------------------------------------------------- openai
@@ -464,6 +473,28 @@ def test_choose_shared_kv_equals_naive(tiny):
     assert shared[0].scores[3] == float("-inf")  # the empty option can never win
     assert shared[0].completion_tokens == tiny.count_tokens(options[shared[0].index])
     assert shared[0].prompt_tokens == len(tiny.chat_ids(CONVERSATIONS[1]))
+
+
+def test_choices_marked_write_are_written_and_matched_in_a_mixed_batch(tiny, monkeypatch):
+    options = ["go north", "look", "open fridge"]
+    scored, written = ChoiceRequest(user("pick"), options), ChoiceRequest(user("pick"), options, write=True)
+    written_out = []
+    generate = tiny.generate
+
+    def spy(reqs):
+        out = generate(reqs)
+        written_out.extend(out)
+        return out
+    monkeypatch.setattr(tiny, "generate", spy)
+    got = tiny.choose([scored, written, scored])
+    assert len(written_out) == 1  # only the request marked write was written
+    text = written_out[0].text.strip().lower()
+    want = [difflib.SequenceMatcher(None, text, o).ratio() for o in options]
+    assert got[1].scores == pytest.approx(want) and got[1].index == want.index(max(want))
+    assert got[1].completion_tokens == written_out[0].completion_tokens
+    ranked = tiny.choose_naive([scored])[0]
+    for r in (got[0], got[2]):  # the others ranked by likelihood, in request order
+        assert r.scores == pytest.approx(ranked.scores, abs=1e-4)
 
 
 def test_options_that_start_alike_share_their_start(tiny_model_dir):

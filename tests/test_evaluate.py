@@ -98,3 +98,47 @@ def test_stratified_batches_and_java_fallback(monkeypatch, tmp_path):
     monkeypatch.setattr(shutil, "which", lambda name: None)
     run = Run(Config(store=str(tmp_path)), store=None, repo=None)
     assert run.benchmark.name == "basic"
+
+
+class StepsBench(toybench.UpperBench):
+    """Episode ``seed`` ends after ``seed`` actions: episodes of known, different lengths."""
+    max_steps = 50
+
+    def tasks(self, split, per_category=None):
+        from evolver.types import Task
+        return [Task(id=f"steps/{i}", benchmark="steps", split=split, category="c", seed=n, prompt=f"take {n} steps")
+                for i, n in enumerate([1, 5, 1, 1, 1])]
+
+    def env(self, task):
+        from evolver.benchmarks.base import Env
+        from evolver.types import Observation
+
+        class StepsEnv(Env):
+            taken = 0
+
+            def reset(self):
+                return Observation(task.prompt)
+
+            def step(self, action):
+                self.taken += 1
+                done = self.taken >= task.seed
+                return Observation(f"step {self.taken}", score=1.0 if done else 0.0, done=done)
+        return StepsEnv()
+
+
+def test_a_finished_episode_frees_its_slot_for_the_next_at_once(tmp_path):
+    bench = StepsBench()
+    sizes: list[int] = []
+
+    class Counting(ScriptedBackend):
+        def generate(self, requests):
+            sizes.append(len(requests))
+            return super().generate(requests)
+    order: list[str] = []
+    eps = run_episodes(program_context(program(tmp_path)), bench, Counting(rule=lambda r: "go"), bench.tasks("dev"),
+                       max_live=2, on_episode=lambda e: order.append(e.task.id))
+    # The 5-step episode shares every batch with the 1-step ones that follow it; waves of two would
+    # have made 7 calls, the last ones with a single row.
+    assert sizes == [2, 2, 2, 2, 1]
+    assert [len(e.steps) for e in eps] == [1, 5, 1, 1, 1] and all(e.score == 1.0 for e in eps)
+    assert order == ["steps/0", "steps/2", "steps/3", "steps/4", "steps/1"]  # each reported when it ends

@@ -17,6 +17,8 @@ import difflib
 
 from evolver.types import ChoiceRequest, ChoiceResult, GenRequest, GenResult, Message
 
+WRITTEN_CHOICE_TOKENS = 32  # the most a written choice may take
+
 
 class Backend(abc.ABC):
     name: str = "base"
@@ -24,17 +26,25 @@ class Backend(abc.ABC):
     model: str = ""
     #: True when ``choose`` scores options by log-likelihood rather than generating.
     scores_options: bool = False
-    #: Where a written choice ends (the default ``choose`` writes, then matches an option).
-    choice_stop: list[str] | None = None
+    #: Where a written choice ends (the default ``choose`` writes, then matches an option): options
+    #: are one line (actions, answers).
+    choice_stop: list[str] | None = ["\n"]
 
     @abc.abstractmethod
     def generate(self, requests: list[GenRequest]) -> list[GenResult]:
         """Answer every request, in order (see the module docstring for the contract)."""
 
     def choose(self, requests: list[ChoiceRequest]) -> list[ChoiceResult]:
-        """Default: generate a reply, pick the option closest to it (difflib ratio)."""
-        gens = self.generate([GenRequest(messages=r.messages, max_tokens=32, stop=self.choice_stop)
-                              for r in requests])
+        """Default: write a reply, pick the option closest to it (see :meth:`choose_by_writing`)."""
+        return self.choose_by_writing(requests)
+
+    def choose_by_writing(self, requests: list[ChoiceRequest]) -> list[ChoiceResult]:
+        """Generate a reply per request (one batch), pick the option closest to it (difflib ratio).
+
+        The reply may run a few tokens past the longest option, no further: more text cannot match
+        any option better, and every token is a decoding step for the whole batch."""
+        gens = self.generate([GenRequest(messages=r.messages, max_tokens=self._written_budget(r.options),
+                                         stop=self.choice_stop) for r in requests])
         out = []
         for req, gen in zip(requests, gens):
             scores = [difflib.SequenceMatcher(None, gen.text.strip().lower(), o.lower()).ratio()
@@ -43,6 +53,24 @@ class Backend(abc.ABC):
             out.append(ChoiceResult(index=best, scores=scores, prompt_tokens=gen.prompt_tokens,
                                     completion_tokens=gen.completion_tokens, error=gen.error, sample=gen))
         return out
+
+    def _written_budget(self, options: list[str]) -> int:
+        longest = max((self.count_tokens(o) for o in options), default=WRITTEN_CHOICE_TOKENS)
+        return max(1, min(WRITTEN_CHOICE_TOKENS, longest + 4))
+
+    def written_apart(self, requests: list[ChoiceRequest], score) -> list[ChoiceResult]:
+        """For a backend that scores options: requests marked ``write`` are answered by
+        :meth:`choose_by_writing`, the rest by ``score(requests)``, results in request order."""
+        written = [i for i, r in enumerate(requests) if r.write]
+        if not written:
+            return score(requests)
+        out: list[ChoiceResult | None] = [None] * len(requests)
+        rest = [i for i, r in enumerate(requests) if not r.write]
+        for idx, results in ((written, self.choose_by_writing([requests[i] for i in written])),
+                             (rest, score([requests[i] for i in rest]) if rest else [])):
+            for i, res in zip(idx, results):
+                out[i] = res
+        return out  # type: ignore[return-value]
 
     def count_tokens(self, text: str) -> int:
         """Rough count when no tokenizer is at hand: ~4 characters per token."""

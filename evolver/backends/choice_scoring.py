@@ -26,9 +26,12 @@ class ChoiceScoring:
 
     def choose(self, requests: list[ChoiceRequest]) -> list[ChoiceResult]:
         """Score every request's options in batches of ``max_batch`` requests: one forward per batch
-        (the episodes of a lockstep choose together), each request's prompt reusing its cached prefix."""
+        (the episodes of a lockstep choose together), each request's prompt reusing its cached prefix.
+        Requests marked ``write`` are written and matched instead."""
         if self.hf_model is None:
             raise BackendError("TransformersBackend used after close()")
+        if any(r.write for r in requests):
+            return self.written_apart(requests, self.choose)
         results: list[ChoiceResult | None] = [None] * len(requests)
         todo = []
         for i, req in enumerate(requests):

@@ -137,7 +137,10 @@ class VLLMBackend(Backend):
         Every option of every request goes into ONE engine call. Note: vLLM skips *reading* the
         prefix cache for requests that ask for prompt log-probs (it needs logits at every prompt
         position), so each option recomputes its prompt; on a GPU, batched, that is still fast.
+        Requests marked ``write`` are written and matched instead.
         """
+        if any(r.write for r in requests):
+            return self.written_apart(requests, self.choose)
         flat: list[tuple[int, int]] = []
         seqs, params, prompt_lens, results = [], [], {}, {}
         for r, req in enumerate(requests):

@@ -28,7 +28,6 @@ class RolloutBackend(Backend):
 
     name = "rollout"
     scores_options = False
-    choice_stop = ["\n"]  # an action is one line
 
     def __init__(self, inner: Backend, temperature: float = 1.0, max_tokens: int | None = None, seed: int = 0):
         self.inner, self.temperature, self.max_tokens = inner, temperature, max_tokens

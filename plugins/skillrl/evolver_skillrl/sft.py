@@ -10,13 +10,17 @@
 3. **Fine-tune.** Cross-entropy on the completion tokens (log-probs chunked, as in the GRPO trainer),
    AdamW, bf16 autocast, mini-batches; every optimizer step's loss goes to ``train_steps``.
 4. **Checkpoint.** An HF folder under ``<workspace>/checkpoints/<run>/sft``, committed as a child
-   program whose manifest ``model`` points at it (the GRPO trainer's format).
+   program whose manifest ``model`` points at it (the GRPO trainer's format). With ``write_choice``
+   (default), the program trained and committed chooses its actions by writing them (its own commit
+   before training), so the evaluations and the commit play as the model was trained.
 """
 from __future__ import annotations
 
 import json
 import random
+import re
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,6 +83,8 @@ class SFTTrainer:
                                       operator="seed-bank", forbidden=sorted({e.task.id for e in gold}),
                                       sequences=[list(e.task.gold) for e in gold if has_gold(e.task)],
                                       inject=self.bank_options.top_k, detail={"stats": evo.stats})
+        if cfg.write_choice:
+            program = commit_write_choice(run, program)
         return program
 
     def trajectories(self, program) -> list[Episode]:
@@ -136,15 +142,22 @@ class SFTTrainer:
 
         t0 = time.perf_counter()
         self.opt.zero_grad(set_to_none=True)
-        lp = completion_logprobs(self.model, [s.prompt_ids for s in batch], [s.completion_ids for s in batch],
-                                 chunk=self.cfg.logprob_chunk, autocast=self.cfg.autocast)
-        loss = -lp.mean()  # token-level cross-entropy over the batch
-        loss.backward()
+        # Token-level cross-entropy over the whole batch, accumulated over micro-batches of similar
+        # length (less padding); each adds its share, so the gradient is the whole batch's.
+        total = sum(len(s.completion_ids) for s in batch)
+        ordered = sorted(batch, key=lambda s: len(s.prompt_ids) + len(s.completion_ids))
+        loss_sum = 0.0
+        for i in range(0, len(ordered), self.cfg.micro_batch):
+            mb = ordered[i:i + self.cfg.micro_batch]
+            lp = completion_logprobs(self.model, [s.prompt_ids for s in mb], [s.completion_ids for s in mb],
+                                     chunk=self.cfg.logprob_chunk, autocast=self.cfg.autocast)
+            loss = -lp.sum() / total
+            loss.backward()
+            loss_sum += float(loss.detach())
         params = [p for p in self.model.parameters() if p.requires_grad]
         gn = torch.nn.utils.clip_grad_norm_(params, self.cfg.max_grad_norm)
         self.opt.step()
-        row = {"step": n, "loss": float(loss.detach()), "grad_norm": float(gn), "samples": len(batch),
-               "tokens": int(lp.numel()), "step_s": time.perf_counter() - t0, "trainer": "sft"}
+        row = {"step": n, "loss": loss_sum, "grad_norm": float(gn), "samples": len(batch), "tokens": total, "step_s": time.perf_counter() - t0, "trainer": "sft"}
         self.history.append(row)
         self.progress(row)
         return row
@@ -228,6 +241,33 @@ def commit_checkpoint(trainer, step: int, operator: str, message: str):
     run.repo.remove_worktree(cid)
     run.store.add_program(program.id, run.id, program.commit, program.hash, parent.id, operator, None, manifest)
     return program
+
+
+_WRITE_CHOICE_RE = re.compile(r"^WRITE_CHOICE = (True|False)\b", re.M)
+
+
+def commit_write_choice(run, program):
+    """``program`` with its harness choosing by writing (``WRITE_CHOICE = True``), as a child commit;
+    ``program`` itself when it already does, or when its harness has no such knob (an evolved harness
+    decides for itself; logged)."""
+    text = (Path(program.root) / "harness" / "harness.py").read_text()
+    m = _WRITE_CHOICE_RE.search(text)
+    if m is None or m.group(1) == "True":
+        if m is None:
+            run.log(f"sft: program {program.id}'s harness has no WRITE_CHOICE knob: it keeps choosing its own way")
+        return program
+    cid = f"write-choice-{uuid.uuid4().hex[:8]}"
+    path = run.repo.new_candidate(cid, program.commit)
+    try:
+        (path / "harness" / "harness.py").write_text(text[:m.start(1)] + "True" + text[m.end(1):])
+        manifest = {"parent": program.id, "operator": "write-choice", "proposal": cid,
+                    **{k: program.manifest[k] for k in ("model", "bank") if k in program.manifest}}
+        child = run.repo.commit_candidate(cid, manifest, "write-choice: choose actions by writing one and playing "
+                                                         "the nearest valid action, as SFT trains the model to")
+    finally:
+        run.repo.remove_worktree(cid)
+    run.store.add_program(child.id, run.id, child.commit, child.hash, program.id, "write-choice", None, manifest)
+    return run.repo.checkout(child.id)
 
 
 def make_trainer(run, options: dict | None = None, **kw) -> SFTTrainer:

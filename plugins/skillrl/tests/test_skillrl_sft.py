@@ -2,8 +2,10 @@
 what the program's harness renders in a real episode (skills included), targets are the written
 actions plus the end-of-turn token, the loss falls, and the checkpoint is committed like GRPO's."""
 import json
+from pathlib import Path
 
 import pytest
+import torch
 from skillrl_helpers import HERE, fresh_plugins, make_run  # noqa: F401
 from tinymodel import build_tiny_model
 
@@ -36,6 +38,8 @@ def test_sft_trains_on_skill_conditioned_gold_steps_as_the_harness_renders_them(
     log = {r["id"]: r for r in run.repo.log()}
     bank_program = log[summary["bank_program"]]
     assert bank_program["operator"] == "seed-bank" and bank_program["parent"] == "seed"
+    # its harness chooses by writing, as the model is trained to (the seed's already does)
+    assert "\nWRITE_CHOICE = True" in (Path(trainer.program.root) / "harness" / "harness.py").read_text()
     assert counts(load_bank(trainer.program.root))["general"] == 1
     ckpt = run.repo.manifest(summary["program"])
     assert ckpt["operator"] == "sft" and ckpt["parent"] == summary["bank_program"]
@@ -52,14 +56,61 @@ def test_sft_trains_on_skill_conditioned_gold_steps_as_the_harness_renders_them(
     assert sample.completion_ids[-1] == backend.end_id
     assert backend.tokenizer.decode(sample.completion_ids[:-1]) == gold.task.gold[0]
     # the same task played for real by the same program: the first prompt is identical
-    played = run_episodes(run.context(trainer.program), run.benchmark, ScriptedBackend(rule=lambda r: "wait"),
-                          [gold.task])[0]
+    scripted = ScriptedBackend(rule=lambda r: "wait")
+    played = run_episodes(run.context(trainer.program), run.benchmark, scripted, [gold.task])[0]
     assert played.steps[0].prompt == step0.prompt
+    assert scripted.choice_calls and all(c.write for c in scripted.choice_calls)
     # it learned: the loss fell, and every step is in train_steps
     losses = [r["loss"] for r in summary["history"]]
     assert sum(losses[-2:]) / 2 < losses[0] * 0.7, losses
     rows = run.store.query("SELECT count(*) FROM train_steps WHERE run_id = ?", [run.id])[1][0][0]
     assert rows == len(losses) == summary["steps"]
+    run.close()
+
+
+def test_write_choice_is_committed_once_and_only_where_the_harness_has_the_knob(tmp_path, tiny_dir):
+    from evolver.loop import ensure_seed
+    from evolver_skillrl.sft import commit_write_choice
+
+    run = sft_run(tmp_path, tiny_dir)
+    seed = ensure_seed(run)
+
+    def variant(cid, old, new):
+        path = run.repo.new_candidate(cid, seed.commit)
+        harness = path / "harness" / "harness.py"
+        harness.write_text(harness.read_text().replace(old, new))
+        program = run.repo.commit_candidate(cid, {"parent": seed.id, "operator": "test"}, cid)
+        run.repo.remove_worktree(cid)
+        return run.repo.checkout(program.id)
+    ranks = variant("ranks", "WRITE_CHOICE = True", "WRITE_CHOICE = False")
+    child = commit_write_choice(run, ranks)
+    assert child.id != ranks.id and run.repo.manifest(child.id)["operator"] == "write-choice"
+    assert "\nWRITE_CHOICE = True" in (Path(child.root) / "harness" / "harness.py").read_text()
+    assert commit_write_choice(run, child).id == child.id  # already writes: no new commit
+    assert commit_write_choice(run, seed).id == seed.id
+    # an evolved harness without the knob decides for itself
+    plain = variant("no-knob", "WRITE_CHOICE = True", "WRITES = True")
+    assert commit_write_choice(run, plain).id == plain.id
+    run.close()
+
+
+def test_micro_batches_accumulate_the_whole_batch_gradient(tmp_path, tiny_dir):
+    run = sft_run(tmp_path, tiny_dir)
+    trainer = SFTTrainer(run)
+    trainer.setup()
+    batch = trainer.samples[:5]
+    start = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    got = []
+    for micro in (5, 2, 1):
+        trainer.model.load_state_dict(start)
+        trainer.cfg.micro_batch = micro
+        row = trainer.step(1, batch)
+        got.append((row["loss"], {n: p.grad.clone() for n, p in trainer.model.named_parameters()}))
+    (loss, grads), rest = got[0], got[1:]
+    for other_loss, other in rest:
+        assert other_loss == pytest.approx(loss, rel=1e-5)
+        for name, g in grads.items():
+            assert torch.allclose(other[name], g, atol=1e-6, rtol=1e-4), name
     run.close()
 
 
