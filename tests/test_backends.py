@@ -280,6 +280,26 @@ def test_batched_greedy_equals_single_and_reference(tiny):
     assert 2 in batched[1].prompt_ids[:-5]
 
 
+def test_decoding_writes_the_cache_in_place_and_matches_a_growing_cache(tiny_model_dir, monkeypatch):
+    """Under bf16 autocast the reserved cache stores keys as bf16 once (attention casts them to bf16
+    anyway) and writes each token in place: the same tokens and log-probs as a cache that grows."""
+    from evolver.backends import prefix_cache, transformers_backend as tb
+
+    b = tb.TransformersBackend(model=str(tiny_model_dir), dtype="bf16", prefix_cache=0)
+    reqs = [GenRequest(m, max_tokens=10, logprobs=True) for m in CONVERSATIONS]
+    caches = []
+    monkeypatch.setattr(tb, "reserve", lambda cache, extra: caches.append(prefix_cache.reserve(cache, extra)) or caches[-1])
+    got = b.generate(reqs)
+    layer = caches[0].layers[0]
+    assert layer.keys.dtype == layer.values.dtype == torch.bfloat16
+    assert layer.keys.data_ptr() == layer._k.data_ptr()  # a view of the reserved buffer, not a copy
+    monkeypatch.setattr(tb, "reserve", lambda cache, extra: cache)  # a plain growing DynamicCache
+    want = b.generate(reqs)
+    assert [g.completion_ids for g in got] == [w.completion_ids for w in want]
+    for g, w in zip(got, want):
+        assert g.logprobs == pytest.approx(w.logprobs, abs=1e-6)
+
+
 def test_logprobs_match_a_full_forward(tiny):
     res = tiny.generate([GenRequest(user("score me"), max_tokens=8, temperature=0.9, seed=1, logprobs=True)])[0]
     full = torch.tensor([res.prompt_ids + res.completion_ids], device=tiny.device)

@@ -176,3 +176,35 @@ def _right_aligned(pieces, B: int, W: int):
             V[rows, :, W - v.shape[2]:] = v.to(V.dtype)
         cache.update(K, V, layer)
     return cache
+
+
+def reserve(cache, extra: int):
+    """``cache`` with room for ``extra`` more tokens per layer, written in place as decoding goes: a
+    plain DynamicCache concatenates the whole cache on every token (17% of a 12-row decode here)."""
+    from transformers.cache_utils import DynamicLayer
+
+    class Reserved(DynamicLayer):
+        def __init__(self, keys, values):
+            super().__init__()
+            n = keys.shape[-2]
+            # Under bf16 autocast keys come out fp32 and values bf16, and attention casts the whole
+            # key cache to bf16 on every token: store it as bf16 once (the same rounding, done once).
+            self._k = keys.new_empty((*keys.shape[:-2], n + extra, keys.shape[-1]), dtype=values.dtype)
+            self._v = values.new_empty((*values.shape[:-2], n + extra, values.shape[-1]))
+            self._k[..., :n, :], self._v[..., :n, :] = keys, values
+            self.keys, self.values = self._k[..., :n, :], self._v[..., :n, :]
+            self.device, self.is_initialized = keys.device, True
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            n, m = self.keys.shape[-2], key_states.shape[-2]
+            if n + m > self._k.shape[-2]:  # past the reserve: grow as a plain layer does
+                return super().update(key_states, value_states, *args, **kwargs)
+            self._k[..., n:n + m, :] = key_states
+            self._v[..., n:n + m, :] = value_states
+            self.keys, self.values = self._k[..., :n + m, :], self._v[..., :n + m, :]
+            return self.keys, self.values
+
+    if type(getattr(cache, "layers", None)) is list and all(type(l) is DynamicLayer and l.is_initialized
+                                                          for l in cache.layers):
+        cache.layers = [Reserved(layer.keys, layer.values) for layer in cache.layers]
+    return cache

@@ -29,7 +29,7 @@ import torch
 
 from evolver.backends.base import Backend, render_plain
 from evolver.backends.choice_scoring import ChoiceScoring, token_logprobs
-from evolver.backends.prefix_cache import PrefixCache
+from evolver.backends.prefix_cache import PrefixCache, reserve
 from evolver.backends.embedded import fingerprint, resolve_model, state_hash
 from evolver.errors import BackendError
 from evolver.types import GenRequest, GenResult, Message
@@ -215,6 +215,10 @@ class TransformersBackend(PrefixCache, ChoiceScoring, Backend):
         with self._ctx():
             t0 = time.perf_counter()
             logits, cache, mask = self._prefill(prompts)
+            cache = reserve(cache, max(limits))
+            # The mask grows by one column per token: one buffer, viewed wider at each step.
+            width = mask.shape[1]
+            mask = torch.cat([mask, torch.ones((B, max(limits)), dtype=mask.dtype, device=dev)], dim=1)
             t1 = time.perf_counter()
             next_pos = torch.tensor([[len(p)] for p in prompts], device=dev)
             for _step in range(max(limits)):
@@ -238,8 +242,8 @@ class TransformersBackend(PrefixCache, ChoiceScoring, Backend):
                 # Finished rows keep decoding a pad token: cheaper than reshaping the cache, and
                 # rows never attend to each other, so their junk cannot leak into live rows.
                 feed = torch.tensor([[self.pad_id if done[r] else toks[r]] for r in range(B)], device=dev)
-                mask = torch.cat([mask, torch.ones((B, 1), dtype=mask.dtype, device=dev)], dim=1)
-                logits, cache = self._forward(feed, mask, next_pos, cache)
+                width += 1
+                logits, cache = self._forward(feed, mask[:, :width], next_pos, cache)
                 next_pos = next_pos + 1
         self.timing.update(prefill_s=t1 - t0, decode_s=time.perf_counter() - t1, decode_steps=max(map(len, out_ids)))
         return [self._result(reqs[r], prompts[r], out_ids[r], out_lp[r]) for r in range(B)]
