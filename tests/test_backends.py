@@ -300,6 +300,34 @@ def test_decoding_writes_the_cache_in_place_and_matches_a_growing_cache(tiny_mod
         assert g.logprobs == pytest.approx(w.logprobs, abs=1e-6)
 
 
+def test_cached_prompt_keys_are_bf16_under_autocast_with_the_same_results(tiny_model_dir, monkeypatch):
+    from evolver.backends import prefix_cache, transformers_backend as tb
+
+    system = Message("system", "You play a text game. Pick good actions and explain nothing at all. " * 2)
+    step1 = [[system, Message("user", f"Room {i}. You see a door.")] for i in range(3)]
+    step2 = [m + [Message("assistant", "open door"), Message("user", f"Hall {i}.")] for i, m in enumerate(step1)]
+
+    def play(keep_fp32: bool):
+        real = prefix_cache.row_kv
+        if keep_fp32:  # the entries as they were: keys in the dtype they came out in
+            monkeypatch.setattr(prefix_cache, "row_kv", lambda cache, r, past, new: [
+                (torch.cat([l.keys[r:r + 1, :, past], l.keys[r:r + 1, :, new]], dim=2), v)
+                for l, (_, v) in zip(cache.layers, real(cache, r, past, new))])
+        b = tb.TransformersBackend(model=str(tiny_model_dir), dtype="bf16")
+        out = [b.generate([GenRequest(m, max_tokens=6, logprobs=True) for m in batch]) for batch in (step1, step2)]
+        monkeypatch.setattr(prefix_cache, "row_kv", real)
+        return out, b
+    (got, b), (want, old) = play(False), play(True)
+    k, v = next(iter(b._prefixes.values()))[1][0]
+    assert k.dtype == v.dtype == torch.bfloat16
+    assert b.timing["prefill_tokens"] < sum(len(b.chat_ids(m)) for m in step1 + step2) / 2  # entries were reused
+    assert next(iter(old._prefixes.values()))[1][0][0].dtype == torch.float32  # the patch did keep fp32
+    for g_batch, w_batch in zip(got, want):
+        assert [g.completion_ids for g in g_batch] == [w.completion_ids for w in w_batch]
+        for g, w in zip(g_batch, w_batch):
+            assert g.logprobs == pytest.approx(w.logprobs, abs=1e-6)
+
+
 def test_logprobs_match_a_full_forward(tiny):
     res = tiny.generate([GenRequest(user("score me"), max_tokens=8, temperature=0.9, seed=1, logprobs=True)])[0]
     full = torch.tensor([res.prompt_ids + res.completion_ids], device=tiny.device)

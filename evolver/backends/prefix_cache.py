@@ -155,10 +155,12 @@ def split_by_length(sizes: list[int], slack: float) -> tuple[list[int], list[int
 
 def row_kv(cache, r: int, past: slice, new: slice) -> list:
     """Row ``r``'s KV, per layer, from the columns of its cached prefix and of its new tokens: what
-    the prefix cache keeps of one prompt of a batch forward."""
-    return [(torch.cat([layer.keys[r:r + 1, :, past], layer.keys[r:r + 1, :, new]], dim=2).clone(),
-             torch.cat([layer.values[r:r + 1, :, past], layer.values[r:r + 1, :, new]], dim=2).clone())
-            for layer in cache.layers]
+    the prefix cache keeps of one prompt of a batch forward. Keys are kept in the values' dtype: under
+    bf16 autocast they come out fp32, but attention casts them to bf16 before use, so bf16 keys give
+    the same results in two thirds of the memory."""
+    return [(torch.cat([layer.keys[r:r + 1, :, past], layer.keys[r:r + 1, :, new]], dim=2).to(layer.values.dtype),
+             torch.cat([layer.values[r:r + 1, :, past], layer.values[r:r + 1, :, new]], dim=2))
+            for layer in cache.layers]  # torch.cat copies: an entry never aliases the batch's cache
 
 
 def _right_aligned(pieces, B: int, W: int):

@@ -9,6 +9,8 @@ Three things make a 135M model usable on a 2-core CPU:
   naive way).
 - Both reuse the KV of recent prompts (``prefix_cache.py``): an episode's steps and an evaluation's
   episodes share most of their prompts, and prefill is compute-bound here.
+- Decoding writes each token's KV in place into a cache reserved for the whole reply
+  (``prefix_cache.reserve``) instead of concatenating the cache on every token.
 
 Masks always come from lengths, never from comparing ids to the pad id: SmolLM2's pad is its EOS
 (``<|im_end|>``), which also appears inside every ChatML prompt.
