@@ -12,7 +12,8 @@ The evaluator drives every live episode in lockstep through these calls:
 ``next_call(state, obs) -> GenRequest | ChoiceRequest | None``
     The model call for this step, i.e. how the task, the skills and the history become context.
     A ``ChoiceRequest`` asks the backend to pick one of the valid actions (by likelihood, or
-    ``write=True``: by writing one and matching the nearest); ``None`` stops the episode (the harness decides when to stop).
+    ``write=True``: by writing one and matching the nearest); ``None`` stops the episode (the
+    harness decides when to stop).
 ``parse(state, obs, request, result) -> Action``
     How model output becomes an environment action or a tool call. Never raise for bad output:
     return ``Action(env_action="")`` or a best guess; the evaluator records what happened.

@@ -288,7 +288,11 @@ def test_decoding_writes_the_cache_in_place_and_matches_a_growing_cache(tiny_mod
     b = tb.TransformersBackend(model=str(tiny_model_dir), dtype="bf16", prefix_cache=0)
     reqs = [GenRequest(m, max_tokens=10, logprobs=True) for m in CONVERSATIONS]
     caches = []
-    monkeypatch.setattr(tb, "reserve", lambda cache, extra: caches.append(prefix_cache.reserve(cache, extra)) or caches[-1])
+
+    def keep(cache, extra):
+        caches.append(prefix_cache.reserve(cache, extra))
+        return caches[-1]
+    monkeypatch.setattr(tb, "reserve", keep)
     got = b.generate(reqs)
     layer = caches[0].layers[0]
     assert layer.keys.dtype == layer.values.dtype == torch.bfloat16

@@ -157,7 +157,8 @@ class SFTTrainer:
         params = [p for p in self.model.parameters() if p.requires_grad]
         gn = torch.nn.utils.clip_grad_norm_(params, self.cfg.max_grad_norm)
         self.opt.step()
-        row = {"step": n, "loss": loss_sum, "grad_norm": float(gn), "samples": len(batch), "tokens": total, "step_s": time.perf_counter() - t0, "trainer": "sft"}
+        row = {"step": n, "loss": loss_sum, "grad_norm": float(gn), "samples": len(batch), "tokens": total,
+               "step_s": time.perf_counter() - t0, "trainer": "sft"}
         self.history.append(row)
         self.progress(row)
         return row
