@@ -9,9 +9,16 @@ from __future__ import annotations
 
 import json
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 Short = Field(min_length=3, max_length=200)
+
+
+# The answer formats' own placeholders. A small teacher often copies the format back verbatim (the
+# 135M model's only "valid" skill in one seeding was named short-kebab-name with steps
+# "first general step", "..."), which passes every length check but says nothing.
+PLACEHOLDERS = {"short-kebab-name", "use when ...", "first general step", "...", "the situation where it failed",
+                "what it did", "what it should have done", "the general rule that avoids this mistake"}
 
 
 class _Answer(BaseModel):
@@ -26,6 +33,18 @@ class _Answer(BaseModel):
         if not v.lower().startswith("use when"):
             raise ValueError("must start with 'Use when' and say when the skill applies")
         return v
+
+    @model_validator(mode="after")
+    def _not_the_template(self):
+        copied = []
+        for field, value in self.model_dump().items():
+            for v in value if isinstance(value, list) else [value]:
+                if isinstance(v, str) and (v.lower() in PLACEHOLDERS or v.lower().endswith("short-kebab-name")):
+                    copied.append(f"{field} {v!r}")
+        if copied:
+            raise ValueError(f"copies the answer format's placeholder ({', '.join(copied)}): "
+                             "write this trajectory's own")
+        return self
 
 
 class SkillAnswer(_Answer):

@@ -31,6 +31,14 @@ def test_schema_accepts_a_valid_answer_and_names_every_problem():
     assert schema.parse("x " + text, schema.LessonAnswer)[0].rule.startswith("Always check {the goal}")
 
 
+def test_an_answer_that_copies_the_format_back_is_invalid():
+    for text, model in ((schema.SKILL_FORMAT, schema.SkillAnswer), (schema.LESSON_FORMAT, schema.LessonAnswer)):
+        ans, problems = schema.parse(text, model)
+        assert ans is None and "placeholder" in problems[0] and "short-kebab-name" in problems[0]
+    ans, problems = schema.parse(json.dumps(dict(SKILL, steps=["Read the goal", "..."])), schema.SkillAnswer)
+    assert ans is None and "steps '...'" in problems[0]
+
+
 def test_valid_answers_become_entries_of_the_right_tier():
     t = tasks()
     teacher = ScriptedBackend([json.dumps(SKILL), json.dumps(dict(SKILL, general=True, name="read-first")),
