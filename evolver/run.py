@@ -10,7 +10,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from evolver import plugins
 from evolver.backends.base import Backend
@@ -156,6 +156,22 @@ class Run:
 
     def elapsed(self) -> float:
         return time.time() - self.started
+
+    def commit_child(self, parent: Program, candidate_id: str, manifest: dict, message: str,
+                     edit: Callable[[Path], None] | None = None) -> Program:
+        """A child of ``parent`` outside the loop (a trainer's checkpoint, a bank, a harness switch):
+        a worktree from the parent's commit, ``edit(path)`` applied (it may raise to abandon the
+        change), committed with ``manifest`` and registered in the store under this run."""
+        path = self.repo.new_candidate(candidate_id, parent.commit)
+        try:
+            if edit is not None:
+                edit(path)
+            program = self.repo.commit_candidate(candidate_id, manifest, message)
+        finally:
+            self.repo.remove_worktree(candidate_id)
+        self.store.add_program(program.id, self.id, program.commit, program.hash, parent.id,
+                               manifest.get("operator"), None, program.manifest)
+        return program
 
     def log(self, message: str) -> None:
         if self.console is not None:

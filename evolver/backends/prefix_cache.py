@@ -13,6 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
 
 
 class PrefixCache:
@@ -166,8 +168,6 @@ def row_kv(cache, r: int, past: slice, new: slice) -> list:
 def _right_aligned(pieces, B: int, W: int):
     """A batch cache of ``B`` rows and width ``W`` from ``pieces``: (rows, per-layer (K, V) of those
     rows), each right-aligned, zeros (masked by the caller) before."""
-    from transformers import DynamicCache
-
     cache = DynamicCache()
     for layer, (k0, v0) in enumerate(pieces[0][1]):
         K = k0.new_zeros((B, k0.shape[1], W, k0.shape[3]))
@@ -180,33 +180,35 @@ def _right_aligned(pieces, B: int, W: int):
     return cache
 
 
+class _Reserved(DynamicLayer):
+    """A layer's KV in a buffer with room for ``extra`` more tokens; ``keys``/``values`` are views of
+    the filled part, and each new token is written into the buffer instead of concatenated."""
+
+    def __init__(self, keys, values, extra: int):
+        super().__init__()
+        n = keys.shape[-2]
+        # Under bf16 autocast keys come out fp32 and values bf16, and attention casts the whole
+        # key cache to bf16 on every token: store it as bf16 once (the same rounding, done once).
+        self._k = keys.new_empty((*keys.shape[:-2], n + extra, keys.shape[-1]), dtype=values.dtype)
+        self._v = values.new_empty((*values.shape[:-2], n + extra, values.shape[-1]))
+        self._k[..., :n, :], self._v[..., :n, :] = keys, values
+        self.keys, self.values = self._k[..., :n, :], self._v[..., :n, :]
+        self.device, self.is_initialized = keys.device, True
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        n, m = self.keys.shape[-2], key_states.shape[-2]
+        if n + m > self._k.shape[-2]:  # past the reserve: grow as a plain layer does
+            return super().update(key_states, value_states, *args, **kwargs)
+        self._k[..., n:n + m, :] = key_states
+        self._v[..., n:n + m, :] = value_states
+        self.keys, self.values = self._k[..., :n + m, :], self._v[..., :n + m, :]
+        return self.keys, self.values
+
+
 def reserve(cache, extra: int):
     """``cache`` with room for ``extra`` more tokens per layer, written in place as decoding goes: a
     plain DynamicCache concatenates the whole cache on every token (17% of a 12-row decode here)."""
-    from transformers.cache_utils import DynamicLayer
-
-    class Reserved(DynamicLayer):
-        def __init__(self, keys, values):
-            super().__init__()
-            n = keys.shape[-2]
-            # Under bf16 autocast keys come out fp32 and values bf16, and attention casts the whole
-            # key cache to bf16 on every token: store it as bf16 once (the same rounding, done once).
-            self._k = keys.new_empty((*keys.shape[:-2], n + extra, keys.shape[-1]), dtype=values.dtype)
-            self._v = values.new_empty((*values.shape[:-2], n + extra, values.shape[-1]))
-            self._k[..., :n, :], self._v[..., :n, :] = keys, values
-            self.keys, self.values = self._k[..., :n, :], self._v[..., :n, :]
-            self.device, self.is_initialized = keys.device, True
-
-        def update(self, key_states, value_states, *args, **kwargs):
-            n, m = self.keys.shape[-2], key_states.shape[-2]
-            if n + m > self._k.shape[-2]:  # past the reserve: grow as a plain layer does
-                return super().update(key_states, value_states, *args, **kwargs)
-            self._k[..., n:n + m, :] = key_states
-            self._v[..., n:n + m, :] = value_states
-            self.keys, self.values = self._k[..., :n + m, :], self._v[..., :n + m, :]
-            return self.keys, self.values
-
     if type(getattr(cache, "layers", None)) is list and all(type(l) is DynamicLayer and l.is_initialized
                                                           for l in cache.layers):
-        cache.layers = [Reserved(layer.keys, layer.values) for layer in cache.layers]
+        cache.layers = [_Reserved(layer.keys, layer.values, extra) for layer in cache.layers]
     return cache

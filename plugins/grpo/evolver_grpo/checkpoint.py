@@ -41,18 +41,13 @@ def save_and_commit(trainer, step: int, evaluation: dict | None = None):
     run = trainer.run
     rel = save_step(trainer, step)
     parent = trainer.program
-    cid = f"grpo-{run.id}-s{step}"
-    run.repo.new_candidate(cid, parent.commit)
     last = trainer.history[-1] if trainer.history else {}
     manifest = {"parent": parent.id, "operator": "grpo", "model": rel.as_posix(),
                 "proposal": f"GRPO {trainer.cfg.estimator}, {step} steps"}
     message = (f"grpo: {trainer.cfg.estimator} step {step} on {run.config.benchmark}\n\n"
                f"reward_mean {last.get('reward_mean', 0):.3f}"
                + (f", {trainer.cfg.eval_split} score {evaluation['score']:.3f}" if evaluation else ""))
-    program = run.repo.commit_candidate(cid, manifest, message)
-    run.repo.remove_worktree(cid)
-    run.store.add_program(program.id, run.id, program.commit, program.hash, parent.id, "grpo", None, manifest)
-    return program
+    return run.commit_child(parent, f"grpo-{run.id}-s{step}", manifest, message)
 
 
 def save_state(trainer, folder: Path, step: int) -> None:

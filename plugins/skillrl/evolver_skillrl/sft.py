@@ -235,13 +235,8 @@ def commit_checkpoint(trainer, step: int, operator: str, message: str):
     rel = Path("checkpoints") / run.id / f"{operator}-step-{step}"
     save(trainer.model, getattr(trainer.engine.backend, "tokenizer", None), run.workspace / rel)
     parent = trainer.program
-    cid = f"{operator}-{run.id}-s{step}"
-    run.repo.new_candidate(cid, parent.commit)
     manifest = {"parent": parent.id, "operator": operator, "model": rel.as_posix(), "proposal": message[:200]}
-    program = run.repo.commit_candidate(cid, manifest, f"{operator}: {message}")
-    run.repo.remove_worktree(cid)
-    run.store.add_program(program.id, run.id, program.commit, program.hash, parent.id, operator, None, manifest)
-    return program
+    return run.commit_child(parent, f"{operator}-{run.id}-s{step}", manifest, f"{operator}: {message}")
 
 
 _WRITE_CHOICE_RE = re.compile(r"^WRITE_CHOICE = (True|False)\b", re.M)
@@ -258,16 +253,14 @@ def commit_write_choice(run, program):
             run.log(f"sft: program {program.id}'s harness has no WRITE_CHOICE knob: it keeps choosing its own way")
         return program
     cid = f"write-choice-{uuid.uuid4().hex[:8]}"
-    path = run.repo.new_candidate(cid, program.commit)
-    try:
+    # "model" is inherited by the commit itself; "bank" keeps `evolver skillrl show`'s growth chain going.
+    manifest = {"parent": program.id, "operator": "write-choice", "proposal": cid,
+                **({"bank": program.manifest["bank"]} if "bank" in program.manifest else {})}
+
+    def switch(path: Path) -> None:
         (path / "harness" / "harness.py").write_text(text[:m.start(1)] + "True" + text[m.end(1):])
-        manifest = {"parent": program.id, "operator": "write-choice", "proposal": cid,
-                    **{k: program.manifest[k] for k in ("model", "bank") if k in program.manifest}}
-        child = run.repo.commit_candidate(cid, manifest, "write-choice: choose actions by writing one and playing "
-                                                         "the nearest valid action, as SFT trains the model to")
-    finally:
-        run.repo.remove_worktree(cid)
-    run.store.add_program(child.id, run.id, child.commit, child.hash, program.id, "write-choice", None, manifest)
+    child = run.commit_child(program, cid, manifest, "write-choice: choose actions by writing one and playing the "
+                                                     "nearest valid action, as SFT trains the model to", switch)
     return run.repo.checkout(child.id)
 
 

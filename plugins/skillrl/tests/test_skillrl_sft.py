@@ -76,12 +76,10 @@ def test_write_choice_is_committed_once_and_only_where_the_harness_has_the_knob(
     seed = ensure_seed(run)
 
     def variant(cid, old, new):
-        path = run.repo.new_candidate(cid, seed.commit)
-        harness = path / "harness" / "harness.py"
-        harness.write_text(harness.read_text().replace(old, new))
-        program = run.repo.commit_candidate(cid, {"parent": seed.id, "operator": "test"}, cid)
-        run.repo.remove_worktree(cid)
-        return run.repo.checkout(program.id)
+        def edit(path):
+            harness = path / "harness" / "harness.py"
+            harness.write_text(harness.read_text().replace(old, new))
+        return run.repo.checkout(run.commit_child(seed, cid, {"parent": seed.id, "operator": "test"}, cid, edit).id)
     ranks = variant("ranks", "WRITE_CHOICE = True", "WRITE_CHOICE = False")
     child = commit_write_choice(run, ranks)
     assert child.id != ranks.id and run.repo.manifest(child.id)["operator"] == "write-choice"
