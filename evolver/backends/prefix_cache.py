@@ -6,7 +6,7 @@ and reusing the longest shared prefix skips most of each step's prefill. Prefill
 CPU (no faster in a batch than one row at a time), so every token not computed here is time saved.
 
 A mixin: the backend supplies ``prefix_cache`` (entries kept, 0 = off), ``_prefixes`` (an
-OrderedDict, LRU), ``timing``, ``device``, ``pad_id`` and ``_forward``.
+OrderedDict, LRU), ``timing``, ``device``, ``pad_id``, ``autocast``, ``hf_model`` and ``_forward``.
 """
 from __future__ import annotations
 
@@ -39,65 +39,89 @@ class PrefixCache:
             ids = list(prefix)
             kv, u = self._prefix_match(ids + [self.pad_id])  # the pad: a match may cover all of ids
             if u < len(ids) - 16:  # (fewer new tokens are not worth a forward)
-                self._prefill_rows([ids], [(kv, u)])
+                self._prefill_rows([ids], [(kv, u)])  # (its results stay in the prefix cache)
 
-    def _prefill(self, prompts: list[list[int]]):
-        """One forward over the prompts of a batch; returns (last logits, cache, attention mask).
+    def _prefill(self, prompts: list[list[int]], extra: int = 0):
+        """Prefill a batch; returns (last logits, cache, attention mask, order).
 
         Each row reuses the KV of the longest prefix it shares with a recent prompt (an episode's
         steps repeat the system prompt, skills and task), so only its new tokens are computed.
+        The cache has room for ``extra`` more tokens per row, written in place as decoding goes.
+        Rows come back grouped by how much they computed: row i is ``prompts[order[i]]``.
         Afterwards each row's whole prompt KV joins the prefix cache."""
         self._warm_shared_prefix(prompts)
-        return self._prefill_split(prompts, [self._prefix_match(p) for p in prompts])
+        return self._prefill_rows(prompts, [self._prefix_match(p) for p in prompts], extra)
 
-    def _prefill_split(self, prompts: list[list[int]], matches: list[tuple[Any, int]]):
+    def _prefill_rows(self, prompts: list[list[int]], matches: list[tuple[Any, int]], extra: int = 0):
         """Rows whose new parts differ a lot in length would mostly compute padding (measured on
-        twx-easy: 10.7k tokens computed for 7.2k real ones): prefill them in groups of similar length,
-        then merge the groups' caches into one batch for decoding."""
-        groups = split_by_length([len(p) - n for p, (_, n) in zip(prompts, matches)], slack=1.15)
-        if groups is None:
-            return self._prefill_rows(prompts, matches)
-        B = len(prompts)
-        parts = [(idx, *self._prefill_split([prompts[i] for i in idx], [matches[i] for i in idx]))
-                 for idx in groups]
-        W = max(m.shape[1] for *_, m in parts)  # each group's cache and mask right-aligned to the widest
-        cache = _right_aligned([(idx, [(layer.keys, layer.values) for layer in c.layers]) for idx, _, c, _ in parts],
-                               B, W)
-        logits = parts[0][1].new_empty((B, *parts[0][1].shape[1:]))
-        mask = parts[0][3].new_zeros((B, W))
-        for idx, lg, _, m in parts:
-            logits[idx] = lg
-            mask[idx, W - m.shape[1]:] = m
-        return logits, cache, mask
+        twx-easy: 10.7k tokens computed for 7.2k real ones): they prefill in groups of similar length,
+        one forward each, all writing into ONE cache buffer that decoding then extends in place. Every
+        row lies right-aligned and contiguous in it (a row's prompt ends at the same column E), so the
+        forward never concatenates the cache and an entry of the prefix cache is one slice.
 
-    def _prefill_rows(self, prompts: list[list[int]], matches: list[tuple[Any, int]]):
-        """One forward. A row is laid out as [pad][cached prefix][pad][new tokens], right-aligned in
-        both parts, with explicit positions; the mask hides the pads, so rows never see each other or
-        the holes."""
+        To stay contiguous, a row with fewer new tokens than its group's widest computes the last few
+        tokens of its cached prefix again where it would otherwise compute padding: the same work, and
+        its own tokens instead of holes."""
         dev, B = self.device, len(prompts)
-        reuse = [n for _, n in matches]
-        U = max(reuse)
-        news = [p[n:] for p, n in zip(prompts, reuse)]
-        N = max(len(x) for x in news)
-        ids = torch.full((B, N), self.pad_id, dtype=torch.long)
-        new_mask = torch.zeros((B, N), dtype=torch.long)
-        pos = torch.zeros((B, N), dtype=torch.long)
-        for r, (x, u) in enumerate(zip(news, reuse)):
-            ids[r, N - len(x):] = torch.tensor(x, dtype=torch.long)
-            new_mask[r, N - len(x):] = 1
-            pos[r, N - len(x):] = torch.arange(u, u + len(x))
-        past, past_mask = self._past_of(matches), torch.zeros((B, U), dtype=torch.long)
-        for r, u in enumerate(reuse):
-            past_mask[r, U - u:] = 1
-        mask = torch.cat([past_mask, new_mask], dim=1).to(dev)
-        logits, cache = self._forward(ids.to(dev), mask, pos.to(dev), past, logits_to_keep=1)
-        self.timing["prefill_tokens"] += sum(len(x) for x in news)
-        self.timing["prefill_padded"] += B * N
-        if self.prefix_cache > 0 and cache is not None:
-            T = U + N
-            for r, (x, u) in enumerate(zip(news, reuse)):
-                self._prefix_put(prompts[r], row_kv(cache, r, slice(U - u, U), slice(T - len(x), T)))
-        return logits, cache, mask
+        news = [len(p) - u for p, (_, u) in zip(prompts, matches)]
+        groups = _length_groups(list(range(B)), news)
+        order = [i for g in groups for i in g]
+        E = max(map(len, prompts))
+        kv = self._batch_buffers(B, E + extra, masked=E - min(map(len, prompts)))
+        logits, lo = None, 0
+        for g in groups:
+            n = len(g)
+            N = max(news[i] for i in g)
+            reuse = [min(matches[i][1], max(0, len(prompts[i]) - N)) for i in g]
+            U = max(reuse)
+            ids = torch.full((n, N), self.pad_id, dtype=torch.long)
+            pos = torch.zeros((n, N), dtype=torch.long)
+            mask = torch.zeros((n, U + N), dtype=torch.long)
+            for k, (i, u) in enumerate(zip(g, reuse)):
+                x = prompts[i][u:]
+                ids[k, N - len(x):] = torch.tensor(x, dtype=torch.long)
+                pos[k, N - len(x):] = torch.arange(u, u + len(x))
+                mask[k, U - u:U] = 1
+                mask[k, U + N - len(x):] = 1
+                if u:
+                    for (K, V), (k0, v0) in zip(kv, matches[i][0]):
+                        K[lo + k, :, E - N - u:E - N] = k0[0, :, :u]
+                        V[lo + k, :, E - N - u:E - N] = v0[0, :, :u]
+            view = _cache([(K[lo:lo + n, :, E - N - U:E], V[lo:lo + n, :, E - N - U:E]) for K, V in kv], U)
+            out, _ = self._forward(ids.to(dev), mask.to(dev), pos.to(dev), view, logits_to_keep=1)
+            if logits is None:
+                logits = out.new_empty((B, *out.shape[1:]))
+            logits[lo:lo + n] = out
+            self.timing["prefill_tokens"] += sum(news[i] for i in g)
+            self.timing["prefill_padded"] += n * N
+            if self.prefix_cache > 0:
+                for k, i in enumerate(g):  # one slice per layer, cloned: an entry must not pin the batch buffer
+                    L = len(prompts[i])
+                    self._prefix_put(prompts[i], [(K[lo + k:lo + k + 1, :, E - L:E].clone(),
+                                                   V[lo + k:lo + k + 1, :, E - L:E].clone()) for K, V in kv])
+            lo += n
+        mask = torch.zeros((B, E), dtype=torch.long, device=dev)
+        for r, i in enumerate(order):
+            mask[r, E - len(prompts[i]):] = 1
+        return logits, _cache(kv, E), mask, order
+
+    def _batch_buffers(self, B: int, width: int, masked: int) -> list:
+        """Per layer, K and V buffers [B, kv heads, width, head dim]; the first ``masked`` columns (the
+        only ones a row may leave unwritten, hidden by the mask) are zeroed, since a masked column still
+        enters attention as 0 x value and 0 x NaN is NaN. Under bf16 autocast keys are stored as bf16
+        like the values: they come out of RoPE as fp32, but attention casts them to bf16 anyway (the
+        same rounding, done once, in two thirds of the memory)."""
+        cfg = self.hf_model.config
+        heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+        dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        dtype = torch.bfloat16 if self.autocast else torch.float32
+        out = []
+        for _ in range(cfg.num_hidden_layers):
+            k, v = (torch.empty((B, heads, width, dim), dtype=dtype, device=self.device) for _ in "kv")
+            k[:, :, :masked].zero_()
+            v[:, :, :masked].zero_()
+            out.append((k, v))
+        return out
 
     def _prefix_match(self, prompt: list[int]) -> tuple[Any, int]:
         """The KV of the cached prompt sharing the longest prefix with ``prompt`` (at least 32 tokens),
@@ -181,23 +205,20 @@ def _right_aligned(pieces, B: int, W: int):
 
 
 class _Reserved(DynamicLayer):
-    """A layer's KV in a buffer with room for ``extra`` more tokens; ``keys``/``values`` are views of
-    the filled part, and each new token is written into the buffer instead of concatenated."""
+    """A layer's KV in preallocated buffers ``k``/``v`` [batch, heads, capacity, dim] whose first
+    ``n`` columns are filled; ``keys``/``values`` are views of the filled part, and new tokens are
+    written into the buffers instead of concatenated (HF's DynamicLayer copies the whole cache on
+    every token: 17% of a 12-row decode here)."""
 
-    def __init__(self, keys, values, extra: int):
+    def __init__(self, k, v, n: int):
         super().__init__()
-        n = keys.shape[-2]
-        # Under bf16 autocast keys come out fp32 and values bf16, and attention casts the whole
-        # key cache to bf16 on every token: store it as bf16 once (the same rounding, done once).
-        self._k = keys.new_empty((*keys.shape[:-2], n + extra, keys.shape[-1]), dtype=values.dtype)
-        self._v = values.new_empty((*values.shape[:-2], n + extra, values.shape[-1]))
-        self._k[..., :n, :], self._v[..., :n, :] = keys, values
-        self.keys, self.values = self._k[..., :n, :], self._v[..., :n, :]
-        self.device, self.is_initialized = keys.device, True
+        self._k, self._v = k, v
+        self.keys, self.values = k[..., :n, :], v[..., :n, :]
+        self.device, self.is_initialized = k.device, True
 
     def update(self, key_states, value_states, *args, **kwargs):
         n, m = self.keys.shape[-2], key_states.shape[-2]
-        if n + m > self._k.shape[-2]:  # past the reserve: grow as a plain layer does
+        if n + m > self._k.shape[-2]:  # past the buffer: grow as a plain layer does
             return super().update(key_states, value_states, *args, **kwargs)
         self._k[..., n:n + m, :] = key_states
         self._v[..., n:n + m, :] = value_states
@@ -205,10 +226,16 @@ class _Reserved(DynamicLayer):
         return self.keys, self.values
 
 
-def reserve(cache, extra: int):
-    """``cache`` with room for ``extra`` more tokens per layer, written in place as decoding goes: a
-    plain DynamicCache concatenates the whole cache on every token (17% of a 12-row decode here)."""
-    if type(getattr(cache, "layers", None)) is list and all(type(l) is DynamicLayer and l.is_initialized
-                                                          for l in cache.layers):
-        cache.layers = [_Reserved(layer.keys, layer.values, extra) for layer in cache.layers]
+def _cache(buffers: list, n: int) -> DynamicCache:
+    """A cache over per-layer (K, V) buffers whose first ``n`` columns are filled."""
+    cache = DynamicCache()
+    cache.layers = [_Reserved(k, v, n) for k, v in buffers]
     return cache
+
+
+def _length_groups(rows: list[int], sizes: list[int]) -> list[list[int]]:
+    """``rows`` cut (by ``split_by_length``) into groups of similar ``sizes``, shortest first."""
+    cut = split_by_length([sizes[i] for i in rows], slack=1.15)
+    if cut is None:
+        return [rows]
+    return [g for part in cut for g in _length_groups([rows[j] for j in part], sizes)]

@@ -9,8 +9,9 @@ Three things make a 135M model usable on a 2-core CPU:
   naive way).
 - Both reuse the KV of recent prompts (``prefix_cache.py``): an episode's steps and an evaluation's
   episodes share most of their prompts, and prefill is compute-bound here.
-- Decoding writes each token's KV in place into a cache reserved for the whole reply
-  (``prefix_cache.reserve``) instead of concatenating the cache on every token.
+- A batch's KV lives in one buffer per layer, sized for the prompts and the whole reply: the prefill
+  writes into it and decoding writes each token in place (``prefix_cache._prefill_rows``), where
+  HF's cache would concatenate the whole cache on every forward.
 
 Masks always come from lengths, never from comparing ids to the pad id: SmolLM2's pad is its EOS
 (``<|im_end|>``), which also appears inside every ChatML prompt.
@@ -31,7 +32,7 @@ import torch
 
 from evolver.backends.base import Backend, render_plain
 from evolver.backends.choice_scoring import ChoiceScoring, token_logprobs
-from evolver.backends.prefix_cache import PrefixCache, reserve
+from evolver.backends.prefix_cache import PrefixCache
 from evolver.backends.embedded import fingerprint, resolve_model, state_hash
 from evolver.errors import BackendError
 from evolver.types import GenRequest, GenResult, Message
@@ -205,23 +206,21 @@ class TransformersBackend(PrefixCache, ChoiceScoring, Backend):
         log.warning("a batch of %d failed (%s: %s); running its requests one by one", size, type(exc).__name__, exc)
 
     def _generate_chunk(self, chunk) -> list[GenResult]:
-        reqs = [item[1] for item in chunk]
-        prompts = [item[2] for item in chunk]
-        limits = [item[3] for item in chunk]
         B, dev = len(chunk), self.device
-        gens = [_generator(req, dev if self.sample_device == "model" else torch.device("cpu")) for req in reqs]
-        want_lp = any(req.logprobs for req in reqs)
-        out_ids: list[list[int]] = [[] for _ in range(B)]
-        out_lp: list[list[float]] = [[] for _ in range(B)]
-        done = [False] * B
         with self._ctx():
             t0 = time.perf_counter()
-            logits, cache, mask = self._prefill(prompts)
-            cache = reserve(cache, max(limits))
+            logits, cache, mask, order = self._prefill([item[2] for item in chunk], max(item[3] for item in chunk))
+            t1 = time.perf_counter()
+            chunk = [chunk[i] for i in order]  # the rows as the prefill grouped them
+            reqs, prompts, limits = [item[1] for item in chunk], [item[2] for item in chunk], [item[3] for item in chunk]
+            gens = [_generator(req, dev if self.sample_device == "model" else torch.device("cpu")) for req in reqs]
+            want_lp = any(req.logprobs for req in reqs)
+            out_ids: list[list[int]] = [[] for _ in range(B)]
+            out_lp: list[list[float]] = [[] for _ in range(B)]
+            done = [False] * B
             # The mask grows by one column per token: one buffer, viewed wider at each step.
             width = mask.shape[1]
             mask = torch.cat([mask, torch.ones((B, max(limits)), dtype=mask.dtype, device=dev)], dim=1)
-            t1 = time.perf_counter()
             next_pos = torch.tensor([[len(p)] for p in prompts], device=dev)
             for _step in range(max(limits)):
                 last = logits[:, -1, :].float()
@@ -248,7 +247,10 @@ class TransformersBackend(PrefixCache, ChoiceScoring, Backend):
                 logits, cache = self._forward(feed, mask[:, :width], next_pos, cache)
                 next_pos = next_pos + 1
         self.timing.update(prefill_s=t1 - t0, decode_s=time.perf_counter() - t1, decode_steps=max(map(len, out_ids)))
-        return [self._result(reqs[r], prompts[r], out_ids[r], out_lp[r]) for r in range(B)]
+        results: list[GenResult | None] = [None] * B
+        for r, i in enumerate(order):
+            results[i] = self._result(reqs[r], prompts[r], out_ids[r], out_lp[r])
+        return results  # type: ignore[return-value]
 
     def _pick(self, last: torch.Tensor, reqs, gens, done) -> torch.Tensor:
         """Next token per row: argmax when greedy, else a draw from the row's own generator."""
