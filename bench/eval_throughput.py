@@ -8,7 +8,9 @@ wall time spent outside model calls.
 
 ``--max-steps 0`` plays each game to its own step limit (10-26), as ``evolver eval`` does. The ratio
 grows with the episodes in flight (``--per-category``): decoding one row costs ~45 ms here and 24
-rows ~110 ms, while prefill is compute-bound and gains little from batching. ``--passes 1`` halves the
+rows ~110 ms, while prefill is compute-bound and gains little from batching. It can never pass
+steps / (steps of the longest episode): a lockstep makes that many calls one after another, however
+cheap each is; the script prints that ceiling beside the ratio. ``--passes 1`` halves the
 time of the larger runs; ``--harness FILE`` measures another harness.py in place of the seed's.
 """
 from __future__ import annotations
@@ -65,7 +67,8 @@ def main() -> None:
         t = backend.inner.timing
         rows.append((mode, label, len(eps), steps, wall, 60 * len(eps) / wall, 100 * (wall - model) / wall,
                      sum(e.score for e in eps) / len(eps), t["prefill_s"], t["prefill_tokens"], t["decode_s"],
-                     t["decode_steps"], t["choose_s"], t["choose_tokens"], t["prefill_padded"]))
+                     t["decode_steps"], t["choose_s"], t["choose_tokens"], t["prefill_padded"],
+                     max(len(e.steps) for e in eps)))
     best: dict = {}
     for r in rows:  # keep the faster of the two passes
         if (r[0], r[1]) not in best or r[4] < best[(r[0], r[1])][4]:
@@ -85,7 +88,9 @@ def main() -> None:
     by = {(r[0], r[1]): r for r in rows}
     for mode in modes:
         b, s = by[(mode, "batched")], by[(mode, "one at a time")]
-        print(f"{mode}: batched / one at a time = {b[5] / s[5]:.2f}x episodes per minute")
+        print(f"{mode}: batched / one at a time = {b[5] / s[5]:.2f}x episodes per minute; the lockstep's "
+              f"ceiling is {b[3] / b[15]:.2f}x ({b[3]} steps, but the longest episode alone takes {b[15]} "
+              f"model calls in a row: the ratio if a batched call cost no more than one serial step)")
     if naive:
         naive = by[("likelihood", "naive, one at a time")]
         print(f"likelihood: batched / naive one at a time = {by[('likelihood', 'batched')][5] / naive[5]:.1f}x")
