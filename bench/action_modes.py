@@ -56,6 +56,8 @@ def main() -> None:
     ap.add_argument("--model", default=None, help="HF folder to evaluate (default: the embedded model)")
     ap.add_argument("--per-category", type=int, default=4)
     ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--lookup", default=None,
+                    help="prompt-lookup draft sizes to compare, e.g. 0,8 (default: the backend's)")
     args = ap.parse_args()
     tmp, store, run, seed = seed_workspace(roles={"executor": RoleConfig(model=args.model)})
     tasks = run.benchmark.tasks("dev", per_category=args.per_category)
@@ -63,22 +65,28 @@ def main() -> None:
     harness_file = Path(seed.root) / "harness" / "harness.py"
     original = harness_file.read_text()
     rows = []
+    lookups = [int(x) for x in args.lookup.split(",")] if args.lookup else [None]
     for mode in args.modes.split(","):
-        harness_file.write_text(set_mode(original, mode))
-        seed.hash = stable_hash(mode, time.time())  # a fresh cache key per mode
-        start = time.perf_counter()
-        eps = run_episodes(run.context(seed), run.benchmark, backend, tasks, store=store, run=run, use_cache=False)
-        ev = summarize(seed.id, "dev", eps)
-        rows.append((mode, ev, time.perf_counter() - start))
+        for lookup in lookups:
+            if lookup is not None:
+                backend.inner.lookup = lookup
+            harness_file.write_text(set_mode(original, mode))
+            seed.hash = stable_hash(mode, time.time())  # a fresh cache key per mode
+            start = time.perf_counter()
+            eps = run_episodes(run.context(seed), run.benchmark, backend, tasks, store=store, run=run,
+                               use_cache=False)
+            ev = summarize(seed.id, "dev", eps)
+            label = mode if lookup is None else f"{mode} lookup={lookup}"
+            rows.append((label, ev, time.perf_counter() - start))
     harness_file.write_text(original)
     run.close()
     store.close()
     shutil.rmtree(tmp, ignore_errors=True)
     cats = sorted(rows[0][1].per_category)
     print(f"twx-easy dev, {len(tasks)} episodes, model {args.model or 'embedded SmolLM2-135M-Instruct'}")
-    print(f"{'mode':12} {'score':>6} {'won':>5} {'wall s':>7}  " + " ".join(f"{c[:11]:>11}" for c in cats))
+    print(f"{'mode':20} {'score':>6} {'won':>5} {'wall s':>7}  " + " ".join(f"{c[:11]:>11}" for c in cats))
     for mode, ev, wall in rows:
-        print(f"{mode:12} {ev.score:6.3f} {round(ev.success * ev.n):5d} {wall:7.1f}  "
+        print(f"{mode:20} {ev.score:6.3f} {round(ev.success * ev.n):5d} {wall:7.1f}  "
               + " ".join(f"{ev.per_category[c]:11.2f}" for c in cats))
 
 

@@ -33,11 +33,15 @@ def main() -> None:
                     help="action modes to measure (comma-separated): " + ", ".join(MODES))
     ap.add_argument("--passes", type=int, default=2, help="passes over the fast rows (each row keeps its best)")
     ap.add_argument("--harness", default=None, help="a harness.py to measure instead of the seed's")
+    ap.add_argument("--lookup", type=int, default=None,
+                    help="draft tokens per forward from prompt lookup (default: the backend's; 0: off)")
     ap.add_argument("--no-naive", action="store_true", help="skip the naive likelihood row (25x slower than the rest)")
     args = ap.parse_args()
     tmp, store, run, seed = seed_workspace(max_steps=args.max_steps)
     tasks = run.benchmark.tasks("dev", per_category=args.per_category)
     backend = run.backend("executor")
+    if args.lookup is not None:
+        backend.inner.lookup = args.lookup
     harness_file = Path(seed.root) / "harness" / "harness.py"
     original = Path(args.harness).read_text() if args.harness else harness_file.read_text()
     rows = []

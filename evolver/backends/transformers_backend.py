@@ -1,6 +1,6 @@
 """In-process backend on transformers + torch: the default, and the one an RL trainer shares.
 
-Three things make a 135M model usable on a 2-core CPU:
+What makes a 135M model usable on a 2-core CPU:
 - ``generate`` batches requests (left padding, sorted by length) with a hand-written decode loop:
   we need per-request seeded sampling, stop strings and the exact sampled ids/log-probs for RL,
   which ``model.generate`` does not give per row.
@@ -12,6 +12,11 @@ Three things make a 135M model usable on a 2-core CPU:
 - A batch's KV lives in one buffer per layer, sized for the prompts and the whole reply: the prefill
   writes into it and decoding writes each token in place (``prefix_cache._prefill_rows``), where
   HF's cache would concatenate the whole cache on every forward.
+- Greedy rows draft tokens from their own prompt and reply (``PromptLookup``) and check the drafts in
+  one forward: an agent's reply copies its context (a listed action, the observation), and a forward
+  of one row costs about the same for 1 token or 9. Rejected drafts stay in the cache as masked holes.
+- Attention packs query heads onto their shared KV head (``attention.py``) instead of copying the
+  cache per head.
 
 Masks always come from lengths, never from comparing ids to the pad id: SmolLM2's pad is its EOS
 (``<|im_end|>``), which also appears inside every ChatML prompt.
@@ -30,6 +35,7 @@ from typing import Any, Mapping
 
 import torch
 
+from evolver.backends.attention import use_gqa_sdpa
 from evolver.backends.base import Backend, render_plain
 from evolver.backends.choice_scoring import ChoiceScoring, token_logprobs
 from evolver.backends.prefix_cache import PrefixCache
@@ -49,7 +55,8 @@ class TransformersBackend(PrefixCache, ChoiceScoring, Backend):
 
     def __init__(self, model: str | None = None, dtype: str = "bf16", max_batch: int | None = None,
                  threads: int | None = None, choose_eos: bool = False, prefix_cache: int = 64,
-                 device: str = "auto", sample_device: str = "model", **_: Any):
+                 device: str = "auto", sample_device: str = "model", lookup: int = 8, lookup_tokens: int = 32,
+                 **_: Any):
         """``dtype="bf16"`` keeps fp32 weights and runs under bf16 autocast (fastest measured here).
 
         ``max_batch``: requests decoded together (default 32 on a CPU, where SmolLM2-135M's decode cost
@@ -63,6 +70,12 @@ class TransformersBackend(PrefixCache, ChoiceScoring, Backend):
 
         ``prefix_cache`` is how many recent prompts keep their KV for ``choose`` (0: off): a new
         prompt reuses the longest prefix it shares with one of them (~10 MB each for SmolLM2-135M).
+        ``lookup``: draft tokens per row per forward for greedy requests, looked up in the row's own
+        prompt and reply (``PromptLookup``; 0: off). A model answering from its context copies runs of
+        it (an action from the listed valid actions, a name from the observation), and each draft
+        token it agrees with costs no forward of its own; the reply is the same either way.
+        ``lookup_tokens`` caps the tokens one forward feeds (rows x (1 + draft)): drafts ride almost
+        free on a memory-bound forward of a few rows, but not on a compute-bound one of many.
         ``choose_eos=True`` also scores the end-of-turn token after each option
         (penalises prefixes: "go" vs "go north"); off by default because SmolLM2 prefers to go on
         talking, so the end token drowned the answer in spot checks ("Madrid" over "Paris").
@@ -74,9 +87,10 @@ class TransformersBackend(PrefixCache, ChoiceScoring, Backend):
         self.autocast = dtype in _BF16
         self.choose_eos = choose_eos
         self.prefix_cache = int(prefix_cache)
+        self.lookup, self.lookup_tokens = max(0, int(lookup)), max(1, int(lookup_tokens))
         self._prefixes: OrderedDict = OrderedDict()
         #: Where model time goes: ``prefill_s`` / ``prefill_tokens`` (prompt tokens computed, cached
-        #: prefixes excluded), ``decode_s`` / ``decode_steps`` (one forward for a whole batch each),
+        #: prefixes excluded), ``decode_s`` / ``decode_steps`` (forwards after the prefill, one for a whole batch each),
         #: ``choose_s`` / ``choose_tokens``. Benchmarks read it; nothing else depends on it.
         self.timing: Counter = Counter()
         path, gguf_file, self.model = resolve_model(model)
@@ -95,6 +109,7 @@ class TransformersBackend(PrefixCache, ChoiceScoring, Backend):
             raise BackendError(f"cannot load model from {path}: {type(exc).__name__}: {exc}") from exc
         dev = _device(device)
         self.hf_model.to(dev).eval()
+        use_gqa_sdpa(self.hf_model)  # no per-head copies of the KV cache (``attention.py``)
         if sample_device not in ("model", "cpu"):
             raise BackendError(f"sample_device {sample_device!r} not supported; use 'model' or 'cpu'")
         self.sample_device = sample_device
@@ -207,9 +222,12 @@ class TransformersBackend(PrefixCache, ChoiceScoring, Backend):
 
     def _generate_chunk(self, chunk) -> list[GenResult]:
         B, dev = len(chunk), self.device
+        longest = max(item[3] for item in chunk)
+        # Rejected draft tokens leave masked holes in the cache: they get as many columns as the reply.
+        holes = longest if self.lookup else 0
         with self._ctx():
             t0 = time.perf_counter()
-            logits, cache, mask, order = self._prefill([item[2] for item in chunk], max(item[3] for item in chunk))
+            logits, cache, mask, order = self._prefill([item[2] for item in chunk], longest + holes)
             t1 = time.perf_counter()
             chunk = [chunk[i] for i in order]  # the rows as the prefill grouped them
             reqs, prompts, limits = [item[1] for item in chunk], [item[2] for item in chunk], [item[3] for item in chunk]
@@ -218,39 +236,77 @@ class TransformersBackend(PrefixCache, ChoiceScoring, Backend):
             out_ids: list[list[int]] = [[] for _ in range(B)]
             out_lp: list[list[float]] = [[] for _ in range(B)]
             done = [False] * B
-            # The mask grows by one column per token: one buffer, viewed wider at each step.
+            lookups = [PromptLookup(p) if gen is None and self.lookup else None for p, gen in zip(prompts, gens)]
+            # The mask grows by the columns fed at each step: one buffer, viewed wider each time.
             width = mask.shape[1]
-            mask = torch.cat([mask, torch.ones((B, max(limits)), dtype=mask.dtype, device=dev)], dim=1)
-            next_pos = torch.tensor([[len(p)] for p in prompts], device=dev)
-            for _step in range(max(limits)):
-                last = logits[:, -1, :].float()
-                picked = self._pick(last, reqs, gens, done)
-                toks = picked.tolist()  # one host transfer per step, not one per row (GPU syncs)
-                # Log-probs are of the raw logits at temperature 1 whatever the sampling
-                # temperature: the policy's own probabilities, which is what RL ratios need.
-                lps = token_logprobs(last, picked).tolist() if want_lp else None
-                for r in range(B):
-                    if done[r]:
-                        continue
-                    out_ids[r].append(toks[r])
-                    if lps is not None:
-                        out_lp[r].append(lps[r])
-                    if (toks[r] in self.eos_ids or len(out_ids[r]) >= limits[r]
-                            or self._stop_hit(out_ids[r], reqs[r].stop)):
-                        done[r] = True
+            mask = torch.cat([mask, torch.zeros((B, longest + holes), dtype=mask.dtype, device=dev)], dim=1)
+            next_pos = [len(p) for p in prompts]  # where each row's next fed token sits
+            drafts: list[list[int]] = [[] for _ in range(B)]
+            T = forwards = 0  # T: columns fed by the last forward (0: the logits are the prefill's)
+            while True:
+                accepted = self._accept(logits, drafts, reqs, gens, done, out_ids, out_lp, want_lp, limits)
+                if T:  # the fed token and the drafts accepted after it are context now; the rest are holes
+                    for r in range(B):
+                        mask[r, width - T + 1 + accepted[r]:width] = 0
+                        next_pos[r] += 1 + accepted[r]
                 if all(done):
                     break
+                # Drafted tokens cost compute in every row of the forward: fewer each when many rows are live.
+                live = B - sum(done)
+                room = min(self.lookup, holes, self.lookup_tokens // live - 1)
+                drafts = [lookups[r].draft(out_ids[r], min(room, limits[r] - len(out_ids[r]) - 1))
+                          if lookups[r] is not None and not done[r] and room > 0 else [] for r in range(B)]
+                T = 1 + max(map(len, drafts))
+                holes -= T - 1
                 # Finished rows keep decoding a pad token: cheaper than reshaping the cache, and
                 # rows never attend to each other, so their junk cannot leak into live rows.
-                feed = torch.tensor([[self.pad_id if done[r] else toks[r]] for r in range(B)], device=dev)
-                width += 1
-                logits, cache = self._forward(feed, mask[:, :width], next_pos, cache)
-                next_pos = next_pos + 1
-        self.timing.update(prefill_s=t1 - t0, decode_s=time.perf_counter() - t1, decode_steps=max(map(len, out_ids)))
+                feed = torch.full((B, T), self.pad_id, dtype=torch.long)
+                for r in range(B):
+                    row = [self.pad_id if done[r] else out_ids[r][-1]] + drafts[r]
+                    feed[r, :len(row)] = torch.tensor(row)
+                    mask[r, width:width + len(row)] = 1
+                pos = torch.tensor(next_pos)[:, None] + torch.arange(T)
+                width += T
+                logits, cache = self._forward(feed.to(dev), mask[:, :width], pos.to(dev), cache)
+                forwards += 1
+        self.timing.update(prefill_s=t1 - t0, decode_s=time.perf_counter() - t1, decode_steps=forwards)
         results: list[GenResult | None] = [None] * B
         for r, i in enumerate(order):
             results[i] = self._result(reqs[r], prompts[r], out_ids[r], out_lp[r])
         return results  # type: ignore[return-value]
+
+    def _accept(self, logits, drafts, reqs, gens, done, out_ids, out_lp, want_lp, limits) -> list[int]:
+        """Emit each live row's next tokens from a forward's logits [B, T, V]: every draft token the
+        model would have picked itself (greedy rows only draft), then the token it picks after them.
+        So the reply is exactly what one token per forward gives. Returns the drafts accepted per row."""
+        first = logits[:, 0, :].float()
+        picked = self._pick(first, reqs, gens, done)
+        toks = picked.tolist()  # one host transfer per step, not one per row (GPU syncs)
+        # Log-probs are of the raw logits at temperature 1 whatever the sampling
+        # temperature: the policy's own probabilities, which is what RL ratios need.
+        lps = token_logprobs(first, picked).tolist() if want_lp else None
+        after = logits[:, 1:, :].argmax(dim=-1).tolist() if logits.shape[1] > 1 else None
+        accepted = [0] * len(toks)
+        for r, draft in enumerate(drafts):
+            if done[r]:
+                continue
+            preds = [toks[r]] + (after[r][:len(draft)] if draft else [])
+            a = 0
+            while a < len(draft) and preds[a] == draft[a]:
+                a += 1
+            accepted[r] = a
+            emitted = preds[:a + 1]
+            row_lp = lps[r:r + 1] if lps is not None else None
+            if row_lp is not None and a:
+                row_lp += token_logprobs(logits[r, 1:a + 1].float(), torch.tensor(emitted[1:], device=logits.device)).tolist()
+            for j, tok in enumerate(emitted):
+                out_ids[r].append(tok)
+                if row_lp is not None:
+                    out_lp[r].append(row_lp[j])
+                if tok in self.eos_ids or len(out_ids[r]) >= limits[r] or self._stop_hit(out_ids[r], reqs[r].stop):
+                    done[r] = True
+                    break
+        return accepted
 
     def _pick(self, last: torch.Tensor, reqs, gens, done) -> torch.Tensor:
         """Next token per row: argmax when greedy, else a draw from the row's own generator."""
@@ -333,6 +389,38 @@ def _device(name: str) -> torch.device:
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise BackendError(f"device {name!r} asked for, but torch sees no CUDA GPU; use device='cpu' or 'auto'")
     return dev
+
+
+class PromptLookup:
+    """Draft tokens for greedy decoding, from a row's own text ("prompt lookup decoding"): what
+    followed the latest earlier occurrence of the reply's last 3 tokens (else 2, else 1) in the
+    prompt and the reply so far. Positions are indexed by token, so a draft costs a few comparisons,
+    not a scan of the prompt."""
+
+    def __init__(self, prompt: list[int]):
+        self.seq: list[int] = []
+        self.n_prompt = len(prompt)
+        self.where: dict[int, list[int]] = {}
+        self._extend(prompt)
+
+    def _extend(self, tokens) -> None:
+        for tok in tokens:
+            self.where.setdefault(tok, []).append(len(self.seq))
+            self.seq.append(tok)
+
+    def draft(self, reply: list[int], k: int) -> list[int]:
+        self._extend(reply[len(self.seq) - self.n_prompt:])
+        seq, end = self.seq, len(self.seq)
+        if k <= 0:
+            return []
+        for n in (3, 2, 1):
+            if end <= n:
+                continue
+            tail = seq[end - n:]
+            for i in reversed(self.where[tail[-1]]):  # i: where an occurrence ends, latest first
+                if i < end - 1 and i >= n - 1 and seq[i - n + 1:i + 1] == tail:
+                    return seq[i + 1:i + 1 + k]
+        return []
 
 
 def _generator(req: GenRequest, device: torch.device) -> torch.Generator | None:
