@@ -35,6 +35,9 @@ def main() -> None:
     ap.add_argument("--harness", default=None, help="a harness.py to measure instead of the seed's")
     ap.add_argument("--lookup", type=int, default=None,
                     help="draft tokens per forward from prompt lookup (default: the backend's; 0: off)")
+    ap.add_argument("--attention", default=None,
+                    help="'sdpa': transformers' own attention, copying the KV cache per query head "
+                         "(default: the backend's, which packs query heads onto their KV head)")
     ap.add_argument("--no-naive", action="store_true", help="skip the naive likelihood row (25x slower than the rest)")
     args = ap.parse_args()
     tmp, store, run, seed = seed_workspace(max_steps=args.max_steps)
@@ -42,6 +45,8 @@ def main() -> None:
     backend = run.backend("executor")
     if args.lookup is not None:
         backend.inner.lookup = args.lookup
+    if args.attention:
+        backend.inner.hf_model.set_attn_implementation(args.attention)
     harness_file = Path(seed.root) / "harness" / "harness.py"
     original = Path(args.harness).read_text() if args.harness else harness_file.read_text()
     rows = []
