@@ -38,6 +38,9 @@ def main() -> None:
     ap.add_argument("--attention", default=None,
                     help="'sdpa': transformers' own attention, copying the KV cache per query head "
                          "(default: the backend's, which packs query heads onto their KV head)")
+    ap.add_argument("--lookup-tokens", type=int, default=None,
+                    help="most tokens one decoding forward feeds, drafts included (default: the backend's)")
+    ap.add_argument("--batched-only", action="store_true", help="skip the one-at-a-time rows")
     ap.add_argument("--no-naive", action="store_true", help="skip the naive likelihood row (25x slower than the rest)")
     args = ap.parse_args()
     tmp, store, run, seed = seed_workspace(max_steps=args.max_steps)
@@ -45,6 +48,8 @@ def main() -> None:
     backend = run.backend("executor")
     if args.lookup is not None:
         backend.inner.lookup = args.lookup
+    if args.lookup_tokens is not None:
+        backend.inner.lookup_tokens = args.lookup_tokens
     if args.attention:
         backend.inner.hf_model.set_attn_implementation(args.attention)
     harness_file = Path(seed.root) / "harness" / "harness.py"
@@ -52,7 +57,8 @@ def main() -> None:
     rows = []
     modes = args.actions.split(",")
     fast = [(m, label, n, "choose") for m in MODES if m in modes
-            for label, n in (("batched", len(tasks)), ("one at a time", 1))]
+            for label, n in (("batched", len(tasks)), ("one at a time", 1))
+            if not (args.batched_only and n == 1)]
     # Two passes over the fast rows, keeping each row's best: the first runs after start-up are slow
     # (kernel selection for new shapes), and a single pass measured mostly the order of the rows.
     # The naive row (one full forward pass per option) runs once: it is 25x slower anyway.
@@ -95,7 +101,7 @@ def main() -> None:
                  if r[0] != "likelihood" else f"scoring {r[12]:.1f}s/{r[13]} tok" if r[13] else "")
         print(f"{r[0]:11} {r[1]:22} {r[2]:8d} {r[3]:6d} {r[4]:7.1f} {r[5]:7.1f} {r[6]:15.1f} {r[7]:6.3f}  {split}")
     by = {(r[0], r[1]): r for r in rows}
-    for mode in modes:
+    for mode in modes if not args.batched_only else []:
         b, s = by[(mode, "batched")], by[(mode, "one at a time")]
         print(f"{mode}: batched / one at a time = {b[5] / s[5]:.2f}x episodes per minute; the lockstep's "
               f"ceiling is {b[3] / b[15]:.2f}x ({b[3]} steps, but the longest episode alone takes {b[15]} "
