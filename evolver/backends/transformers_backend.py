@@ -90,8 +90,8 @@ class TransformersBackend(PrefixCache, ChoiceScoring, Backend):
         self.lookup, self.lookup_tokens = max(0, int(lookup)), max(1, int(lookup_tokens))
         self._prefixes: OrderedDict = OrderedDict()
         #: Where model time goes: ``prefill_s`` / ``prefill_tokens`` (prompt tokens computed, cached
-        #: prefixes excluded), ``decode_s`` / ``decode_steps`` (forwards after the prefill, one for a whole batch each),
-        #: ``choose_s`` / ``choose_tokens``. Benchmarks read it; nothing else depends on it.
+        #: prefixes excluded), ``decode_s`` / ``decode_steps`` (forwards after the prefill, one for a
+        #: whole batch each), ``choose_s`` / ``choose_tokens``. Benchmarks read it; nothing else depends on it.
         self.timing: Counter = Counter()
         path, gguf_file, self.model = resolve_model(model)
         self._base_model = self.model
@@ -230,13 +230,14 @@ class TransformersBackend(PrefixCache, ChoiceScoring, Backend):
             logits, cache, mask, order = self._prefill([item[2] for item in chunk], longest + holes)
             t1 = time.perf_counter()
             chunk = [chunk[i] for i in order]  # the rows as the prefill grouped them
-            reqs, prompts, limits = [item[1] for item in chunk], [item[2] for item in chunk], [item[3] for item in chunk]
+            _, reqs, prompts, limits = (list(col) for col in zip(*chunk))
             gens = [_generator(req, dev if self.sample_device == "model" else torch.device("cpu")) for req in reqs]
             want_lp = any(req.logprobs for req in reqs)
             out_ids: list[list[int]] = [[] for _ in range(B)]
             out_lp: list[list[float]] = [[] for _ in range(B)]
             done = [False] * B
-            lookups = [PromptLookup(p) if gen is None and self.lookup else None for p, gen in zip(prompts, gens)]
+            lookups = [PromptLookup(p) if gen is None and self.lookup else None
+                       for p, gen in zip(prompts, gens)]
             # The mask grows by the columns fed at each step: one buffer, viewed wider each time.
             width = mask.shape[1]
             mask = torch.cat([mask, torch.zeros((B, longest + holes), dtype=mask.dtype, device=dev)], dim=1)
@@ -246,8 +247,9 @@ class TransformersBackend(PrefixCache, ChoiceScoring, Backend):
             while True:
                 accepted = self._accept(logits, drafts, reqs, gens, done, out_ids, out_lp, want_lp, limits)
                 if T:  # the fed token and the drafts accepted after it are context now; the rest are holes
-                    for r in range(B):
-                        mask[r, width - T + 1 + accepted[r]:width] = 0
+                    for r, draft in enumerate(drafts):
+                        if len(draft) > accepted[r]:
+                            mask[r, width - T + 1 + accepted[r]:width - T + 1 + len(draft)] = 0
                         next_pos[r] += 1 + accepted[r]
                 if all(done):
                     break
@@ -260,11 +262,13 @@ class TransformersBackend(PrefixCache, ChoiceScoring, Backend):
                 holes -= T - 1
                 # Finished rows keep decoding a pad token: cheaper than reshaping the cache, and
                 # rows never attend to each other, so their junk cannot leak into live rows.
-                feed = torch.full((B, T), self.pad_id, dtype=torch.long)
-                for r in range(B):
-                    row = [self.pad_id if done[r] else out_ids[r][-1]] + drafts[r]
-                    feed[r, :len(row)] = torch.tensor(row)
-                    mask[r, width:width + len(row)] = 1
+                pad = self.pad_id
+                feed = torch.tensor([[pad if done[r] else out_ids[r][-1]] + d + [pad] * (T - 1 - len(d))
+                                     for r, d in enumerate(drafts)])
+                mask[:, width] = 1  # every row feeds one token; a row that drafted feeds its drafts too
+                for r, d in enumerate(drafts):
+                    if d:
+                        mask[r, width + 1:width + 1 + len(d)] = 1
                 pos = torch.tensor(next_pos)[:, None] + torch.arange(T)
                 width += T
                 logits, cache = self._forward(feed.to(dev), mask[:, :width], pos.to(dev), cache)
@@ -298,7 +302,8 @@ class TransformersBackend(PrefixCache, ChoiceScoring, Backend):
             emitted = preds[:a + 1]
             row_lp = lps[r:r + 1] if lps is not None else None
             if row_lp is not None and a:
-                row_lp += token_logprobs(logits[r, 1:a + 1].float(), torch.tensor(emitted[1:], device=logits.device)).tolist()
+                row_lp += token_logprobs(logits[r, 1:a + 1].float(),
+                                         torch.tensor(emitted[1:], device=logits.device)).tolist()
             for j, tok in enumerate(emitted):
                 out_ids[r].append(tok)
                 if row_lp is not None:
