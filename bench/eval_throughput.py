@@ -2,7 +2,8 @@
 lockstep batch vs one episode at a time, side by side in one run, for the default harness's action
 modes (``bench/action_modes.py``: ``write+match``, the default, writes an action and plays the nearest
 valid one; ``likelihood`` ranks the valid actions; ``free`` plays the written text). Also the share of
-wall time spent outside model calls.
+wall time spent outside model calls. A naive row per mode plays one episode at a time as a user
+without evolver would, with plain transformers (``--no-naive`` skips them).
 
     .venv/bin/python bench/eval_throughput.py [--per-category 2] [--max-steps 6] [--actions write+match]
 
@@ -20,9 +21,10 @@ import shutil
 import time
 from pathlib import Path
 
+import torch
 from action_modes import MODES, seed_workspace, set_mode  # noqa: E402 (a sibling script)
 from evolver.evaluate import run_episodes
-from evolver.types import stable_hash
+from evolver.types import GenRequest, GenResult, stable_hash
 
 
 def main() -> None:
@@ -41,7 +43,8 @@ def main() -> None:
     ap.add_argument("--lookup-tokens", type=int, default=None,
                     help="most tokens one decoding forward feeds, drafts included (default: the backend's)")
     ap.add_argument("--batched-only", action="store_true", help="skip the one-at-a-time rows")
-    ap.add_argument("--no-naive", action="store_true", help="skip the naive likelihood row (25x slower than the rest)")
+    ap.add_argument("--no-naive", action="store_true",
+                    help="skip the naive rows (what a user writes with plain transformers, one episode at a time)")
     args = ap.parse_args()
     tmp, store, run, seed = seed_workspace(max_steps=args.max_steps)
     tasks = run.benchmark.tasks("dev", per_category=args.per_category)
@@ -61,14 +64,18 @@ def main() -> None:
             if not (args.batched_only and n == 1)]
     # Two passes over the fast rows, keeping each row's best: the first runs after start-up are slow
     # (kernel selection for new shapes), and a single pass measured mostly the order of the rows.
-    # The naive row (one full forward pass per option) runs once: it is 25x slower anyway.
-    naive = "likelihood" in modes and not args.no_naive
-    plans = fast * args.passes + ([("likelihood", "naive, one at a time", 1, "choose_naive")] if naive else [])
+    # The naive rows run once: they are several times slower anyway. Each is what a user without
+    # evolver writes with plain transformers: likelihood, one full forward pass per option
+    # (``choose_naive``); write+match, ``model.generate`` on each step's whole prompt (no KV kept
+    # between steps, no drafts).
+    naive = [m for m in ("write+match", "likelihood") if m in modes and not args.no_naive]
+    plans = fast * args.passes + [(m, "naive, one at a time", 1, "naive") for m in naive]
     for mode, label, max_live, method in plans:
         harness_file.write_text(set_mode(original, mode))
         seed.hash = stable_hash(mode, label, time.time())  # a fresh cache key: nothing is served from the store
-        # "naive": one full forward pass per option, as a user ranking actions by likelihood would write it.
-        backend.inner.choose = getattr(backend.inner.__class__, method).__get__(backend.inner)
+        inner, cls = backend.inner, backend.inner.__class__
+        inner.choose = (cls.choose_naive if method == "naive" and mode == "likelihood" else cls.choose).__get__(inner)
+        inner.generate = (naive_generate if method == "naive" and mode != "likelihood" else cls.generate).__get__(inner)
         # Every row starts cold, as the evaluation of a new program does: prompt KV cached by an earlier
         # row (the same tasks) would make later rows look faster than they are.
         backend.inner._prefixes.clear()
@@ -106,9 +113,26 @@ def main() -> None:
         print(f"{mode}: batched / one at a time = {b[5] / s[5]:.2f}x episodes per minute; the lockstep's "
               f"ceiling is {b[3] / b[15]:.2f}x ({b[3]} steps, but the longest episode alone takes {b[15]} "
               f"model calls in a row: the ratio if a batched call cost no more than one serial step)")
-    if naive:
-        naive = by[("likelihood", "naive, one at a time")]
-        print(f"likelihood: batched / naive one at a time = {by[('likelihood', 'batched')][5] / naive[5]:.1f}x")
+    for mode in naive:
+        b, n = by[(mode, "batched")], by[(mode, "naive, one at a time")]
+        print(f"{mode}: batched / naive one at a time (plain transformers) = {b[5] / n[5]:.1f}x episodes per minute")
+
+
+def naive_generate(self, requests: list[GenRequest]) -> list[GenResult]:
+    """``TransformersBackend.generate`` as a user without evolver writes it: ``model.generate`` on
+    each request's whole chat-templated prompt, one request at a time, greedy, under the same bf16
+    autocast; stop strings end it as they end the backend's own decoding."""
+    out = []
+    with self._ctx():
+        for req in requests:
+            ids = torch.tensor([self.chat_ids(req.messages)], device=self.device)
+            new = self.hf_model.generate(
+                ids, attention_mask=torch.ones_like(ids), max_new_tokens=req.max_tokens, do_sample=False,
+                pad_token_id=self.pad_id, eos_token_id=sorted(self.eos_ids), stop_strings=req.stop or None,
+                tokenizer=self.tokenizer)[0, ids.shape[1]:].tolist()
+            self.timing["prefill_tokens"] += ids.shape[1]
+            out.append(self._result(req, ids[0].tolist(), new, []))
+    return out
 
 
 if __name__ == "__main__":

@@ -488,8 +488,8 @@ def test_prompt_lookup_drafts_from_the_latest_occurrence():
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 def test_prompt_lookup_leaves_replies_unchanged_and_saves_forwards_when_the_model_copies(tiny_model_dir, dtype):
-    """Greedy replies with lookup drafts equal those without (rejected drafts leave masked holes in
-    the cache); sampled rows never draft. A model that copies its prompt gets many tokens per forward."""
+    """Replies with lookup drafts equal those without, greedy and seeded-sampled alike (rejected drafts
+    leave masked holes in the cache). A model that copies its prompt gets many tokens per forward."""
     from evolver.backends.transformers_backend import TransformersBackend
 
     on = TransformersBackend(model=str(tiny_model_dir), dtype=dtype, prefix_cache=0)
@@ -516,12 +516,35 @@ def test_prompt_lookup_leaves_replies_unchanged_and_saves_forwards_when_the_mode
             return torch.full_like(logits, -1e4).scatter_(-1, nxt[..., None], 1e4), cache
         return run
     on._forward, off._forward = copying(forward), copying(off._forward)
-    req = [GenRequest(user("Recite: abcdefghijklmnop"), max_tokens=40, logprobs=True)]
-    on.timing.clear(), off.timing.clear()
-    fast, slow = on.generate(req)[0], off.generate(req)[0]
-    assert fast.completion_ids == slow.completion_ids and len(fast.completion_ids) == 40
-    assert fast.logprobs == pytest.approx(slow.logprobs, abs=1e-5)
-    assert off.timing["decode_steps"] == 39 and on.timing["decode_steps"] <= 8, on.timing
+    for temperature in (0.0, 1.0):  # (the copying model's logits leave sampling no choice either)
+        req = [GenRequest(user("Recite: abcdefghijklmnop"), max_tokens=40, logprobs=True,
+                          temperature=temperature, seed=3)]
+        on.timing.clear(), off.timing.clear()
+        fast, slow = on.generate(req)[0], off.generate(req)[0]
+        assert fast.completion_ids == slow.completion_ids and len(fast.completion_ids) == 40
+        assert fast.logprobs == pytest.approx(slow.logprobs, abs=1e-5)
+        assert off.timing["decode_steps"] == 39 and on.timing["decode_steps"] <= 8, on.timing
+
+
+def test_race_samples_the_softmax_and_its_noise_stream_ignores_how_positions_are_checked():
+    from evolver.backends.transformers_backend import Race
+
+    def race(seed):
+        return Race.for_request(GenRequest(user("x"), temperature=0.7, seed=seed), torch.device("cpu"), 4)
+
+    logits = torch.tensor([2.0, 1.0, 0.5, -1.0])
+    for seed, t in enumerate((0.7, 1.0, 2.0)):
+        won = (logits / t + race(seed).noise(0, 20000)).argmax(dim=-1)
+        freq = torch.bincount(won, minlength=4) / 20000
+        assert torch.allclose(freq, torch.softmax(logits / t, dim=-1), atol=0.015), (t, freq)
+    r = race(5)
+    one_by_one = torch.cat([r.noise(j, 1) for j in range(8)])
+    r = race(5)
+    # a forward checking 3 positions from 0, then 4 from 2 (one draft accepted), then 1 at 7
+    chunks = [r.noise(0, 3)[:2], r.noise(2, 4)[:3], r.noise(5, 2), r.noise(7, 1)]
+    assert torch.equal(torch.cat(chunks), one_by_one)
+    assert not torch.equal(race(6).noise(0, 8), one_by_one)
+    assert Race.for_request(GenRequest(user("x"), temperature=0.0), torch.device("cpu"), 4) is None
 
 
 def test_eos_ends_a_row_without_disturbing_others(tiny, monkeypatch):

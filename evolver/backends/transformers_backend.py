@@ -63,15 +63,15 @@ class TransformersBackend(PrefixCache, ChoiceScoring, Backend):
         per row stops falling at ~16 rows, 4.5 ms vs 45 ms for one; 128 on a GPU, where decoding small
         models is bound by kernel launches and wider batches are nearly free).
         ``device``: ``"auto"`` (a CUDA GPU when torch sees one, else the CPU), ``"cpu"``, ``"cuda"``
-        or ``"cuda:N"``. Sampling draws from a per-request generator, so a seed gives the same sample
-        whatever else is in the batch. ``sample_device="model"`` draws on the model's device (fastest);
+        or ``"cuda:N"``. Sampling races on noise from a per-request generator (``Race``), so a seed
+        gives the same sample whatever else is in the batch, drafts or not. ``sample_device="model"`` draws on the model's device (fastest);
         ``"cpu"`` draws on the CPU whatever the model's device (one [batch, vocab] copy per step), so a
         seed gives the same sample on a GPU as on a CPU, up to the logits' own rounding.
 
         ``prefix_cache`` is how many recent prompts keep their KV for ``choose`` (0: off): a new
         prompt reuses the longest prefix it shares with one of them (~10 MB each for SmolLM2-135M).
-        ``lookup``: draft tokens per row per forward for greedy requests, looked up in the row's own
-        prompt and reply (``PromptLookup``; 0: off). A model answering from its context copies runs of
+        ``lookup``: draft tokens per row per forward, greedy and sampled rows alike, looked up in the
+        row's own prompt and reply (``PromptLookup``; 0: off). A model answering from its context copies runs of
         it (an action from the listed valid actions, a name from the observation), and each draft
         token it agrees with costs no forward of its own; the reply is the same either way.
         ``lookup_tokens`` caps the tokens one forward feeds (rows x (1 + draft)): drafts ride almost
@@ -231,13 +231,13 @@ class TransformersBackend(PrefixCache, ChoiceScoring, Backend):
             t1 = time.perf_counter()
             chunk = [chunk[i] for i in order]  # the rows as the prefill grouped them
             _, reqs, prompts, limits = (list(col) for col in zip(*chunk))
-            gens = [_generator(req, dev if self.sample_device == "model" else torch.device("cpu")) for req in reqs]
+            where = dev if self.sample_device == "model" else torch.device("cpu")
+            races = [Race.for_request(req, where, logits.shape[-1]) for req in reqs]
             want_lp = any(req.logprobs for req in reqs)
             out_ids: list[list[int]] = [[] for _ in range(B)]
             out_lp: list[list[float]] = [[] for _ in range(B)]
             done = [False] * B
-            lookups = [PromptLookup(p) if gen is None and self.lookup else None
-                       for p, gen in zip(prompts, gens)]
+            lookups = [PromptLookup(p) if self.lookup else None for p in prompts]
             # The mask grows by the columns fed at each step: one buffer, viewed wider each time.
             width = mask.shape[1]
             mask = torch.cat([mask, torch.zeros((B, longest + holes), dtype=mask.dtype, device=dev)], dim=1)
@@ -245,7 +245,7 @@ class TransformersBackend(PrefixCache, ChoiceScoring, Backend):
             drafts: list[list[int]] = [[] for _ in range(B)]
             T = forwards = 0  # T: columns fed by the last forward (0: the logits are the prefill's)
             while True:
-                accepted = self._accept(logits, drafts, reqs, gens, done, out_ids, out_lp, want_lp, limits)
+                accepted = self._accept(logits, drafts, reqs, races, done, out_ids, out_lp, want_lp, limits)
                 if T:  # the fed token and the drafts accepted after it are context now; the rest are holes
                     for r, draft in enumerate(drafts):
                         if len(draft) > accepted[r]:
@@ -279,52 +279,49 @@ class TransformersBackend(PrefixCache, ChoiceScoring, Backend):
             results[i] = self._result(reqs[r], prompts[r], out_ids[r], out_lp[r])
         return results  # type: ignore[return-value]
 
-    def _accept(self, logits, drafts, reqs, gens, done, out_ids, out_lp, want_lp, limits) -> list[int]:
+    def _accept(self, logits, drafts, reqs, races, done, out_ids, out_lp, want_lp, limits) -> list[int]:
         """Emit each live row's next tokens from a forward's logits [B, T, V]: every draft token the
-        model would have picked itself (greedy rows only draft), then the token it picks after them.
-        So the reply is exactly what one token per forward gives. Returns the drafts accepted per row."""
-        first = logits[:, 0, :].float()
-        picked = self._pick(first, reqs, gens, done)
-        toks = picked.tolist()  # one host transfer per step, not one per row (GPU syncs)
-        # Log-probs are of the raw logits at temperature 1 whatever the sampling
-        # temperature: the policy's own probabilities, which is what RL ratios need.
-        lps = token_logprobs(first, picked).tolist() if want_lp else None
-        after = logits[:, 1:, :].argmax(dim=-1).tolist() if logits.shape[1] > 1 else None
-        accepted = [0] * len(toks)
+        model would have picked itself, then the token it picks after them. Greedy rows pick the
+        argmax; sampled rows the winner of their exponential race (``Race``), a function of the
+        logits given the row's noise at each reply position, so a sampled draft is checked like a
+        greedy one. So the reply is exactly what one token per forward gives, drafts or not.
+        Returns the drafts accepted per row."""
+        preds = logits.argmax(dim=-1)
+        sampled = [r for r, race in enumerate(races) if race is not None and not done[r]]
+        if sampled:
+            T = logits.shape[1]
+            noise = torch.stack([races[r].noise(len(out_ids[r]), T) for r in sampled])  # [R, T, V]
+            temps = torch.tensor([reqs[r].temperature for r in sampled], device=noise.device)[:, None, None]
+            won = (logits[sampled].to(noise.device).float() / temps + noise).argmax(dim=-1)
+            preds[sampled] = won.to(preds.device)
+        preds = preds.tolist()  # one host transfer per step, not one per row (GPU syncs)
+        accepted, emitted = [0] * len(drafts), [[] for _ in drafts]
         for r, draft in enumerate(drafts):
-            if done[r]:
-                continue
-            preds = [toks[r]] + (after[r][:len(draft)] if draft else [])
-            a = 0
-            while a < len(draft) and preds[a] == draft[a]:
-                a += 1
-            accepted[r] = a
-            emitted = preds[:a + 1]
-            row_lp = lps[r:r + 1] if lps is not None else None
-            if row_lp is not None and a:
-                row_lp += token_logprobs(logits[r, 1:a + 1].float(),
-                                         torch.tensor(emitted[1:], device=logits.device)).tolist()
-            for j, tok in enumerate(emitted):
+            if not done[r]:
+                a = 0
+                while a < len(draft) and preds[r][a] == draft[a]:
+                    a += 1
+                accepted[r], emitted[r] = a, preds[r][:a + 1]
+        lps: list[list[float]] = [[] for _ in drafts]
+        if want_lp:
+            # Log-probs are of the raw logits at temperature 1 whatever the sampling
+            # temperature: the policy's own probabilities, which is what RL ratios need.
+            firsts = torch.tensor([e[0] if e else 0 for e in emitted], device=logits.device)
+            for r, lp in enumerate(token_logprobs(logits[:, 0, :].float(), firsts).tolist()):
+                lps[r].append(lp)
+            for r, e in enumerate(emitted):
+                if len(e) > 1:
+                    lps[r] += token_logprobs(logits[r, 1:len(e)].float(),
+                                             torch.tensor(e[1:], device=logits.device)).tolist()
+        for r, toks in enumerate(emitted):
+            for j, tok in enumerate(toks):
                 out_ids[r].append(tok)
-                if row_lp is not None:
-                    out_lp[r].append(row_lp[j])
+                if want_lp:
+                    out_lp[r].append(lps[r][j])
                 if tok in self.eos_ids or len(out_ids[r]) >= limits[r] or self._stop_hit(out_ids[r], reqs[r].stop):
                     done[r] = True
                     break
         return accepted
-
-    def _pick(self, last: torch.Tensor, reqs, gens, done) -> torch.Tensor:
-        """Next token per row: argmax when greedy, else a draw from the row's own generator."""
-        toks = last.argmax(dim=-1)
-        rows = [r for r, gen in enumerate(gens) if gen is not None and not done[r]]
-        if rows:
-            temps = torch.tensor([reqs[r].temperature for r in rows], device=last.device)
-            probs = torch.softmax(last[rows] / temps[:, None], dim=-1)
-            if probs.device != gens[rows[0]].device:
-                probs = probs.cpu()
-            drawn = [torch.multinomial(probs[i], 1, generator=gens[r]) for i, r in enumerate(rows)]
-            toks[rows] = torch.cat(drawn).to(toks.device)
-        return toks
 
     def _stop_hit(self, ids: list[int], stop: list[str] | None) -> bool:
         if not stop:
@@ -397,7 +394,7 @@ def _device(name: str) -> torch.device:
 
 
 class PromptLookup:
-    """Draft tokens for greedy decoding, from a row's own text ("prompt lookup decoding"): what
+    """Draft tokens for a row, from its own text ("prompt lookup decoding"): what
     followed the latest earlier occurrence of the reply's last 3 tokens (else 2, else 1) in the
     prompt and the reply so far. Positions are indexed by token, so a draft costs a few comparisons,
     not a scan of the prompt."""
@@ -428,14 +425,42 @@ class PromptLookup:
         return []
 
 
-def _generator(req: GenRequest, device: torch.device) -> torch.Generator | None:
-    """A private RNG per sampled request: same seed, same sample, whatever else is in the batch."""
-    if req.temperature <= 0:
-        return None
-    seed = req.seed if req.seed is not None else int(torch.randint(0, 2**62, (1,)))
-    gen = torch.Generator(device=device)
-    gen.manual_seed(int(seed))
-    return gen
+class Race:
+    """Sampling as an exponential race: a row's token at reply position j is
+    ``argmax(logits / temperature - log E_j)``, with ``E_j`` ~ Exp(1) per vocabulary entry (the
+    Gumbel-max trick), which draws from ``softmax(logits / temperature)`` exactly. ``E_j`` is the
+    j-th vector drawn from the row's own generator, whatever happens around it, so the sample is a
+    function of the row's logits alone: the same whatever else is in the batch, and the same
+    whether its tokens came one per forward or as checked drafts (a drafted token is kept when it
+    wins the race at its position, as a greedy draft is kept when it is the argmax)."""
+
+    def __init__(self, gen: torch.Generator, vocab: int):
+        self.gen, self.vocab = gen, vocab
+        self.first = 0  # the reply position of noise_[0]
+        self.noise_: list[torch.Tensor] = []  # -log E for positions first, first + 1, ...
+
+    @classmethod
+    def for_request(cls, req: GenRequest, device: torch.device, vocab: int) -> Race | None:
+        """A private race per sampled request (None when greedy): same seed, same sample."""
+        if req.temperature <= 0:
+            return None
+        seed = req.seed if req.seed is not None else int(torch.randint(0, 2**62, (1,)))
+        gen = torch.Generator(device=device)
+        gen.manual_seed(int(seed))
+        return cls(gen, vocab)
+
+    def noise(self, n: int, T: int) -> torch.Tensor:
+        """-log E for reply positions n .. n + T - 1 [T, V]; the noise of positions before n is
+        spent (they were emitted). Drawn one position at a time, so the stream never depends on how
+        many positions a forward checks."""
+        del self.noise_[:n - self.first]
+        self.first = n
+        while len(self.noise_) < T:
+            e = torch.empty(self.vocab, device=self.gen.device).exponential_(generator=self.gen)
+            # exponential_ may return 0 (u = 0 in float32: ~1 vocabulary entry in 340 per position
+            # for SmolLM2): its -log would be +inf and win the race whatever its probability.
+            self.noise_.append(-e.clamp_min_(torch.finfo(e.dtype).tiny).log_())
+        return torch.stack(self.noise_[:T])
 
 
 def _cut_at_stop(text: str, stop: list[str] | None) -> str:
