@@ -1,0 +1,56 @@
+"""bf16 copies of a model's linear weights, kept from one call to the next.
+
+Under bf16 autocast torch casts each fp32 weight to bf16 at its first use and keeps the copy only
+until the outermost autocast context exits. The backend opens one context per call, so every
+``generate`` or ``choose`` re-cast all of SmolLM2-135M's weights: 33 ms a call on 2 cores, 80% on top
+of a one-token decoding forward (41 ms), paid once per step of every episode played one at a time.
+
+``keep_bf16_weights`` makes each ``nn.Linear`` keep its bf16 copy across calls and re-cast it only
+when its weight changes: a new tensor, or an in-place update (an optimizer step, ``load_state_dict``),
+which bumps the tensor's version counter. The math is autocast's own, the same cast and the same bf16
+matmul, so outputs are bitwise equal. Only inference uses the copies: with gradients enabled (a
+learner's forward) or outside bf16 autocast a layer runs as usual on its fp32 weight. The weights stay
+fp32 parameters, so the model still trains in place (the GRPO engine trains the backend's own model).
+The price is the copies' memory, 2 bytes per weight (270 MB for SmolLM2-135M), held between calls.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+_BF16 = torch.bfloat16
+
+
+class Bf16CachedLinear(nn.Linear):
+    """An ``nn.Linear`` whose inference under bf16 autocast reuses a cached bf16 weight.
+
+    The class is swapped onto existing modules (``keep_bf16_weights``), so a deep copy or a LoRA
+    wrapper sees an ordinary ``nn.Linear`` subclass that owns its own cache."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Called ~200 times per forward of a small model: the checks are kept to a few attribute reads.
+        dev = "cuda" if x.is_cuda else x.device.type
+        if torch.is_grad_enabled() or not torch.is_autocast_enabled(dev) or torch.get_autocast_dtype(dev) != _BF16:
+            return F.linear(x, self.weight, self.bias)
+        w, b, hit = self.weight, self.bias, self.__dict__.get("_bf16_copy")
+        if (hit is None or hit[0] is not w or hit[1] != w._version or hit[2] != w.data_ptr()
+                or (b is not None and (hit[3] is not b or hit[4] != b._version or hit[5] != b.data_ptr()))):
+            hit = self.__dict__["_bf16_copy"] = (
+                w, w._version, w.data_ptr(), b, None if b is None else b._version,
+                None if b is None else b.data_ptr(), w.detach().to(_BF16), None if b is None else b.detach().to(_BF16))
+        # As a matrix: for a strided slice (the last position's hidden state) matmul would not fold
+        # the batch dims into one mm and instead copies the whole weight for a bmm (43 ms for the
+        # lm_head). A weight that requires grad, as autocast's cast of a parameter does, folds anyway.
+        y = F.linear(x.reshape(-1, x.shape[-1]), hit[6], hit[7])
+        return y.view(*x.shape[:-1], y.shape[-1])
+
+
+def keep_bf16_weights(model: nn.Module) -> int:
+    """Turn every plain ``nn.Linear`` in ``model`` into a ``Bf16CachedLinear``; returns how many."""
+    n = 0
+    for mod in model.modules():
+        if type(mod) is nn.Linear:
+            mod.__class__ = Bf16CachedLinear
+            n += 1
+    return n
