@@ -3,7 +3,8 @@
 query head whenever a mask is given and more than one token is fed), the backend's packed path
 (``evolver/backends/attention.py``: query heads packed onto their KV head, the mask repeated) and
 torch's own ``enable_gqa``. Shapes: a batch prefill, a single-row prefill, a draft check of 2 tokens
-per row, a 1-token decode, a few rows checking 9-token drafts.
+per row, a 1-token decode, a few rows checking 9-token drafts, and one row decoding alone with no mask
+(transformers drops the mask then, and its SDPA path calls ``enable_gqa``).
 
     .venv/bin/python bench/attention_gqa.py
 """
@@ -19,7 +20,8 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from evolver.backends.attention import gqa_sdpa
 
 SHAPES = [(36, 73, 775, "prefill, 36 rows"), (12, 73, 400, "prefill, 12 rows"), (1, 73, 400, "prefill, 1 row"),
-          (32, 2, 480, "draft check, 32 rows"), (32, 1, 480, "decode, 32 rows"), (5, 9, 400, "draft check, 5 rows")]
+          (32, 2, 480, "draft check, 32 rows"), (32, 1, 480, "decode, 32 rows"), (5, 9, 400, "draft check, 5 rows"),
+          (1, 1, 580, "decode, 1 row, no mask")]  # a row alone and whole: transformers drops its mask
 
 
 def best_ms(fn, n: int = 8) -> float:
@@ -42,7 +44,7 @@ def main() -> None:
         for B, T, W, label in SHAPES:
             q = torch.randn(B, T, 9, 64).transpose(1, 2)  # as the model hands it over: a transposed view
             k, v = (torch.randn(B, 3, W, 64, dtype=torch.bfloat16) for _ in "kv")
-            mask = torch.ones(B, 1, T, W, dtype=torch.bool).tril(W - T)
+            mask = None if "no mask" in label else torch.ones(B, 1, T, W, dtype=torch.bool).tril(W - T)
             stock = best_ms(lambda: sdpa_attention_forward(module, q, k, v, mask, scaling=0.125))
             packed = best_ms(lambda: gqa_sdpa(module, q, k, v, mask, scaling=0.125))
             gqa = best_ms(lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=0.125, enable_gqa=True))

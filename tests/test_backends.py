@@ -816,9 +816,9 @@ def test_embedded_model_generates_and_chooses(monkeypatch):
 
 
 @pytest.mark.parametrize("T", [1, 3, 40])
-def test_gqa_attention_equals_transformers_sdpa(T):
+def test_gqa_attention_equals_transformers_sdpa(T, monkeypatch):
     """Packing query heads onto their KV head (no repeat_kv copies) computes the same attention, holes
-    in the mask and all."""
+    in the mask and all, and without a mask."""
     from types import SimpleNamespace
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
     from evolver.backends.attention import gqa_sdpa
@@ -835,6 +835,21 @@ def test_gqa_attention_equals_transformers_sdpa(T):
     want, _ = sdpa_attention_forward(module, q, k, v, mask, scaling=D ** -0.5)
     assert got.shape == want.shape == (B, T, H, D)
     assert torch.allclose(got, want, atol=1e-5)
+    # No mask (transformers drops it for rows with nothing to hide): one token sees every key, and
+    # several tokens over as many keys are causal.
+    k, v = k[:, :, :T], v[:, :, :T]
+    got, _ = gqa_sdpa(module, q, k, v, None, scaling=D ** -0.5)
+    want, _ = sdpa_attention_forward(module, q, k, v, None, scaling=D ** -0.5)
+    assert torch.allclose(got, want, atol=1e-5)
+    if T == 1:
+        k, v = torch.randn(B, H // groups, W, D), torch.randn(B, H // groups, W, D)
+        sdpa, calls = torch.nn.functional.scaled_dot_product_attention, []
+        monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention",
+                            lambda *a, **kw: calls.append(a[0].shape) or sdpa(*a, **kw))
+        got, _ = gqa_sdpa(module, q, k, v, None, scaling=D ** -0.5)
+        assert calls == [(B, H // groups, groups, D)]  # packed: not torch's enable_gqa over 6 heads
+        want, _ = sdpa_attention_forward(module, q, k, v, None, scaling=D ** -0.5)
+        assert torch.allclose(got, want, atol=1e-5)
 
 
 def test_the_backend_runs_the_gqa_attention(tiny):
