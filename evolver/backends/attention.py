@@ -6,8 +6,8 @@ and more than one token is fed, and calls torch's ``enable_gqa`` for one token w
 decoding alone), which is 5.6x slower in bf16 on this CPU than packing the heads. Here the query heads
 are packed onto their KV head in every case but a causal prefill without a cache: one decoding token,
 the few tokens of a draft check (``PromptLookup``) and a prefill, with the mask repeated per head of a
-group. For 32 rows of ~480 cached tokens the copies are ~1 GB of
-memory traffic per forward: a forward of 2 tokens per row cost 2.1x one of 1 token before this.
+group. For 32 rows of ~480 cached tokens the copies are ~1 GB of memory traffic per forward: a forward
+of 2 tokens per row cost 2.1x one of 1 token before this.
 """
 from __future__ import annotations
 

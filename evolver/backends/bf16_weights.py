@@ -34,15 +34,14 @@ class Bf16CachedLinear(nn.Linear):
         if torch.is_grad_enabled() or not torch.is_autocast_enabled(dev) or torch.get_autocast_dtype(dev) != _BF16:
             return F.linear(x, self.weight, self.bias)
         w, b, hit = self.weight, self.bias, self.__dict__.get("_bf16_copy")
-        if (hit is None or hit[0] is not w or hit[1] != w._version or hit[2] != w.data_ptr()
-                or (b is not None and (hit[3] is not b or hit[4] != b._version or hit[5] != b.data_ptr()))):
-            hit = self.__dict__["_bf16_copy"] = (
-                w, w._version, w.data_ptr(), b, None if b is None else b._version,
-                None if b is None else b.data_ptr(), w.detach().to(_BF16), None if b is None else b.detach().to(_BF16))
+        stamp = (w._version, w.data_ptr(), None if b is None else (b._version, b.data_ptr()))
+        if hit is None or hit[0] is not w or hit[1] is not b or hit[2] != stamp:
+            hit = self.__dict__["_bf16_copy"] = (w, b, stamp, w.detach().to(_BF16),
+                                                 None if b is None else b.detach().to(_BF16))
         # As a matrix: for a strided slice (the last position's hidden state) matmul would not fold
         # the batch dims into one mm and instead copies the whole weight for a bmm (43 ms for the
         # lm_head). A weight that requires grad, as autocast's cast of a parameter does, folds anyway.
-        y = F.linear(x.reshape(-1, x.shape[-1]), hit[6], hit[7])
+        y = F.linear(x.reshape(-1, x.shape[-1]), hit[3], hit[4])
         return y.view(*x.shape[:-1], y.shape[-1])
 
 

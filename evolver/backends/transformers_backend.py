@@ -65,15 +65,15 @@ class TransformersBackend(PrefixCache, ChoiceScoring, Backend):
         models is bound by kernel launches and wider batches are nearly free).
         ``device``: ``"auto"`` (a CUDA GPU when torch sees one, else the CPU), ``"cpu"``, ``"cuda"``
         or ``"cuda:N"``. Sampling races on noise from a per-request generator (``Race``), so a seed
-        gives the same sample whatever else is in the batch, drafts or not. ``sample_device="model"`` draws on the model's device (fastest);
-        ``"cpu"`` draws on the CPU whatever the model's device (one [batch, vocab] copy per step), so a
+        gives the same sample whatever else is in the batch, drafts or not.
+        ``sample_device="model"`` draws on the model's device (fastest); ``"cpu"`` draws on the CPU whatever the model's device (one [batch, vocab] copy per step), so a
         seed gives the same sample on a GPU as on a CPU, up to the logits' own rounding.
 
         ``prefix_cache`` is how many recent prompts keep their KV for ``choose`` (0: off): a new
         prompt reuses the longest prefix it shares with one of them (~10 MB each for SmolLM2-135M).
         ``lookup``: draft tokens per row per forward, greedy and sampled rows alike, looked up in the
-        row's own prompt and reply (``PromptLookup``; 0: off). A model answering from its context copies runs of
-        it (an action from the listed valid actions, a name from the observation), and each draft
+        row's own prompt and reply (``PromptLookup``; 0: off). A model answering from its context
+        copies runs of it (an action from the listed valid actions, a name from the observation), and each draft
         token it agrees with costs no forward of its own; the reply is the same either way.
         ``lookup_tokens`` caps the tokens one forward feeds (rows x (1 + draft)): drafts ride almost
         free on a memory-bound forward of a few rows, but not on a compute-bound one of many.
@@ -440,8 +440,8 @@ class Race:
 
     def __init__(self, gen: torch.Generator, vocab: int):
         self.gen, self.vocab = gen, vocab
-        self.first = 0  # the reply position of noise_[0]
-        self.noise_: list[torch.Tensor] = []  # -log E for positions first, first + 1, ...
+        self.first = 0  # the reply position of _drawn[0]
+        self._drawn: list[torch.Tensor] = []  # -log E for positions first, first + 1, ...
 
     @classmethod
     def for_request(cls, req: GenRequest, device: torch.device, vocab: int) -> Race | None:
@@ -457,14 +457,14 @@ class Race:
         """-log E for reply positions n .. n + T - 1 [T, V]; the noise of positions before n is
         spent (they were emitted). Drawn one position at a time, so the stream never depends on how
         many positions a forward checks."""
-        del self.noise_[:n - self.first]
+        del self._drawn[:n - self.first]
         self.first = n
-        while len(self.noise_) < T:
+        while len(self._drawn) < T:
             e = torch.empty(self.vocab, device=self.gen.device).exponential_(generator=self.gen)
             # exponential_ may return 0 (u = 0 in float32: ~1 vocabulary entry in 340 per position
             # for SmolLM2): its -log would be +inf and win the race whatever its probability.
-            self.noise_.append(-e.clamp_min_(torch.finfo(e.dtype).tiny).log_())
-        return torch.stack(self.noise_[:T])
+            self._drawn.append(-e.clamp_min_(torch.finfo(e.dtype).tiny).log_())
+        return torch.stack(self._drawn[:T])
 
 
 def _cut_at_stop(text: str, stop: list[str] | None) -> str:
