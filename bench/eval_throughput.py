@@ -11,7 +11,8 @@ without evolver would, with plain transformers (``--no-naive`` skips them).
 grows with the episodes in flight (``--per-category``): decoding one row costs ~45 ms here and 24
 rows ~110 ms, while prefill is compute-bound and gains little from batching. It can never pass
 steps / (steps of the longest episode): a lockstep makes that many calls one after another, however
-cheap each is; the script prints that ceiling beside the ratio. ``--passes 1`` halves the
+cheap each is; nor the one-at-a-time wall over the batched prefill (compute-bound: as slow in a batch
+as alone) plus the time outside the model. The script prints both ceilings beside the ratio. ``--passes 1`` halves the
 time of the larger runs; ``--harness FILE`` measures another harness.py in place of the seed's.
 """
 from __future__ import annotations
@@ -113,6 +114,11 @@ def main() -> None:
         print(f"{mode}: batched / one at a time = {b[5] / s[5]:.2f}x episodes per minute; the lockstep's "
               f"ceiling is {b[3] / b[15]:.2f}x ({b[3]} steps, but the longest episode alone takes {b[15]} "
               f"model calls in a row: the ratio if a batched call cost no more than one serial step)")
+        if b[8]:  # prefill is compute-bound on a CPU: batching cannot make it cheaper than its FLOPs
+            floor = b[8] + b[4] * b[6] / 100
+            print(f"{mode}: with prefill as it is, batching cannot pass {s[4] / floor:.2f}x: the one-at-a-time "
+                  f"wall ({s[4]:.1f} s) over the batched run's prefill and time outside the model "
+                  f"({floor:.1f} s; the ratio if batched decoding cost nothing)")
     for mode in naive:
         b, n = by[(mode, "batched")], by[(mode, "naive, one at a time")]
         print(f"{mode}: batched / naive one at a time (plain transformers) = {b[5] / n[5]:.1f}x episodes per minute")
