@@ -4,7 +4,7 @@ Each step is a TextWorld-like prompt (~400 tokens: instructions, history, observ
 of valid actions) with 10-30 options. Prints per-step times, totals, the speed-up, and whether
 both ways pick the same option (they should: same maths, bf16 noise aside).
 
-    .venv/bin/python bench/choose_speed.py [--steps 20] [--dtype bf16] [--threads N]
+    .venv/bin/python bench/choose_speed.py [--steps 20] [--dtype auto] [--threads N]
 """
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def make_step(rng: random.Random, n_options: int) -> ChoiceRequest:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--dtype", default="bf16")
+    ap.add_argument("--dtype", default="auto")
     ap.add_argument("--threads", type=int, default=None)
     args = ap.parse_args()
     b = TransformersBackend(dtype=args.dtype, threads=args.threads)

@@ -50,6 +50,8 @@ def main() -> None:
     tmp, store, run, seed = seed_workspace(max_steps=args.max_steps)
     tasks = run.benchmark.tasks("dev", per_category=args.per_category)
     backend = run.backend("executor")
+    precision = (f"{'bf16 autocast' if backend.inner.autocast else 'fp32'} on {backend.inner.device.type} "
+                 f"({torch.backends.cpu.get_cpu_capability()})")
     if args.lookup is not None:
         backend.inner.lookup = args.lookup
     if args.lookup_tokens is not None:
@@ -101,7 +103,7 @@ def main() -> None:
     run.close()
     store.close()
     shutil.rmtree(tmp, ignore_errors=True)
-    print(f"twx-easy dev, {len(tasks)} episodes of at most {args.max_steps} steps, SmolLM2-135M bf16 on CPU")
+    print(f"twx-easy dev, {len(tasks)} episodes of at most {args.max_steps} steps, SmolLM2-135M {precision}")
     print(f"{'actions':11} {'episodes played':22} {'episodes':>8} {'steps':>6} {'wall s':>7} {'ep/min':>7} "
           f"{'outside model %':>15} {'score':>6}  model time split")
     for r in rows:
@@ -126,8 +128,8 @@ def main() -> None:
 
 def naive_generate(self, requests: list[GenRequest]) -> list[GenResult]:
     """``TransformersBackend.generate`` as a user without evolver writes it: ``model.generate`` on
-    each request's whole chat-templated prompt, one request at a time, greedy, under the same bf16
-    autocast; stop strings end it as they end the backend's own decoding."""
+    each request's whole chat-templated prompt, one request at a time, greedy, in the backend's own
+    precision; stop strings end it as they end the backend's own decoding."""
     out = []
     with self._ctx():
         for req in requests:

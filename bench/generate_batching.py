@@ -7,7 +7,7 @@ Sampled (temperature 0.7, fixed seeds) so that rows run to roughly similar lengt
 the completion tokens actually produced. ``--context`` puts that many words of game text before each
 question: an agent's prompts are long, and the cache copied per token grows with them.
 
-    .venv/bin/python bench/generate_batching.py [--max-tokens 64] [--dtype bf16] [--context 400]
+    .venv/bin/python bench/generate_batching.py [--max-tokens 64] [--dtype auto] [--context 400]
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ QUESTIONS = ["Describe a kitchen in a text adventure.", "What should I do if I f
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--max-tokens", type=int, default=64)
-    ap.add_argument("--dtype", default="bf16")
+    ap.add_argument("--dtype", default="auto")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--context", type=int, default=400, help="words of game text before each question")
     args = ap.parse_args()

@@ -86,8 +86,12 @@ def main() -> None:
                               "--steps", str(args.steps)], capture_output=True, text=True, check=True)
         rows.append((micro, json.loads(out.stdout.strip().splitlines()[-1])))
     first = rows[0][1]
+    import torch
+
+    from evolver.backends.precision import use_autocast
     print(f"SFT step on the {args.batch} longest of {info['samples']} samples ({first['tokens']} tokens, "
-          f"prompts up to {info['max_prompt']}), SmolLM2-135M, bf16 autocast, CPU; median of {args.steps} steps")
+          f"prompts up to {info['max_prompt']}), SmolLM2-135M, "
+          f"{'bf16 autocast' if use_autocast(None, torch.device('cpu')) else 'fp32'}, CPU; median of {args.steps} steps")
     print(f"{'micro_batch':>11} {'step s':>7} {'peak RSS MB':>12} {'training MB':>12} {'loss':>8} "
           f"{'time ratio':>10} {'memory ratio':>12}")
     for micro, r in rows:

@@ -51,7 +51,7 @@ class GRPOConfig(BaseModel):
     max_grad_norm: float = 1.0
     micro_batch: int = 8  # samples per forward/backward
     logprob_chunk: int = 1024  # completion positions per LM-head chunk
-    autocast: bool = True  # bf16 autocast (fp32 master weights)
+    autocast: bool | None = None  # bf16 autocast (fp32 master weights); None: where bf16 is native
     gradient_checkpointing: bool = False
 
     # parameters

@@ -13,6 +13,8 @@ import contextlib
 
 import torch
 
+from evolver.backends.precision import use_autocast
+
 
 def split_model(model):
     """(trunk, head): the decoder stack returning hidden states, and the output projection.
@@ -23,11 +25,12 @@ def split_model(model):
 
 
 def completion_logprobs(model, prompts: list[list[int]], completions: list[list[int]], *, chunk: int = 1024,
-                        autocast: bool = False, with_entropy: bool = False):
+                        autocast: bool | str | None = False, with_entropy: bool = False):
     """Log-probs of each completion token given its prompt, packed: a flat tensor of Σ|c_i| values
     in sample order (and the next-token entropies at the same positions if ``with_entropy``).
 
-    Gradients flow when called outside ``no_grad``."""
+    ``autocast``: run under bf16 autocast (``None``/``"auto"``: where the device computes bf16
+    natively, ``evolver.backends.precision``). Gradients flow when called outside ``no_grad``."""
     dev = next(model.parameters()).device
     lens = [len(p) + len(c) for p, c in zip(prompts, completions)]
     B, T = len(prompts), max(lens)
@@ -43,7 +46,7 @@ def completion_logprobs(model, prompts: list[list[int]], completions: list[list[
         cols += range(len(p) - 1, len(p) - 1 + len(c))
         targets += list(c)
     trunk, head = split_model(model)
-    ctx = torch.autocast(dev.type, dtype=torch.bfloat16) if autocast else contextlib.nullcontext()
+    ctx = torch.autocast(dev.type, dtype=torch.bfloat16) if use_autocast(autocast, dev) else contextlib.nullcontext()
     with ctx:
         hidden = trunk(input_ids=ids.to(dev), attention_mask=mask.to(dev),
                        position_ids=torch.arange(T, device=dev).expand(B, T), use_cache=False).last_hidden_state

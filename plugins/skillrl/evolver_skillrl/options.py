@@ -103,8 +103,9 @@ class SFTOptions(BaseModel):
     lr: float = 3e-5
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
-    autocast: bool = True
-    """bf16 autocast with fp32 master weights (measured fastest here)."""
+    autocast: bool | None = None
+    """bf16 autocast with fp32 master weights; None: where the hardware computes bf16 natively
+    (fastest there; emulated bf16 on an AVX2-only CPU is slower than fp32, ``bench/dtype_choice.py``)."""
     max_prompt_tokens: int = 1536
     """Samples with longer prompts are dropped (counted)."""
     logprob_chunk: int = 1024

@@ -8,7 +8,7 @@
    action as written text plus the end-of-turn token (write-the-action mode). Dev and test never
    contribute.
 3. **Fine-tune.** Cross-entropy on the completion tokens (log-probs chunked, as in the GRPO trainer),
-   AdamW, bf16 autocast, mini-batches; every optimizer step's loss goes to ``train_steps``.
+   AdamW, bf16 autocast where the hardware has it, mini-batches; every optimizer step's loss goes to ``train_steps``.
 4. **Checkpoint.** An HF folder under ``<workspace>/checkpoints/<run>/sft``, committed as a child
    program whose manifest ``model`` points at it (the GRPO trainer's format). With ``write_choice``
    (default), the program trained and committed chooses its actions by writing them (its own commit
