@@ -36,17 +36,16 @@ from typing import Any, Mapping
 import torch
 
 from evolver.backends.attention import use_gqa_sdpa
-from evolver.backends.bf16_weights import keep_bf16_weights
-from evolver.backends.precision import CHOICES, use_autocast
 from evolver.backends.base import Backend, render_plain
+from evolver.backends.bf16_weights import keep_bf16_weights
 from evolver.backends.choice_scoring import ChoiceScoring, token_logprobs
+from evolver.backends.precision import CHOICES, use_autocast
 from evolver.backends.prefix_cache import PrefixCache
 from evolver.backends.embedded import fingerprint, resolve_model, state_hash
 from evolver.errors import BackendError
 from evolver.types import GenRequest, GenResult, Message
 
 log = logging.getLogger(__name__)
-
 
 
 class TransformersBackend(PrefixCache, ChoiceScoring, Backend):
