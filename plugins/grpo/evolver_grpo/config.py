@@ -50,6 +50,9 @@ class GRPOConfig(BaseModel):
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
     micro_batch: int = 8  # samples per forward/backward
+    # samples of a forward sharing this many prompt tokens run them once (0: off): a group of 8
+    # completions of one 600-token prompt, forward + backward 4.7x faster (bench/shared_prefix.py)
+    share_prefix: int = 64
     logprob_chunk: int = 1024  # completion positions per LM-head chunk
     autocast: bool | None = None  # bf16 autocast (fp32 master weights); None: where bf16 is native
     gradient_checkpointing: bool = False

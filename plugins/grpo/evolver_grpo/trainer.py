@@ -176,7 +176,7 @@ class GRPOTrainer:
         with ctx:
             return completion_logprobs(model, [s.prompt_ids for s in batch], [s.completion_ids for s in batch],
                                        chunk=self.cfg.logprob_chunk, autocast=self.cfg.autocast,
-                                       with_entropy=entropy)
+                                       with_entropy=entropy, share=self.cfg.share_prefix)
 
     def _update(self, train: list[Sample]) -> dict:
         cfg = self.cfg
@@ -184,6 +184,9 @@ class GRPOTrainer:
                "logprob_s": 0.0, "update_s": 0.0}
         if not train:
             return out
+        # Shared prompt prefixes side by side (a group's rollouts, an episode's steps), so a
+        # micro-batch runs each once; the loss is a sum over tokens, so the order changes nothing.
+        train = sorted(train, key=lambda s: s.prompt_ids) if cfg.share_prefix else train
         mbs = [train[i:i + cfg.micro_batch] for i in range(0, len(train), cfg.micro_batch)]
         lengths = [len(s.completion_ids) for s in train]
         weights = token_weights(lengths, cfg.loss, cfg.max_new_tokens or max(lengths))

@@ -39,13 +39,14 @@ class SFTSample:
     prompt_ids: list[int]
     completion_ids: list[int]
     task_id: str
+    episode: int = 0  # which trajectory it came from (``batch_by = "episode"``)
 
 
 def samples_from(episodes: list[Episode], backend, max_prompt_tokens: int) -> tuple[list[SFTSample], int]:
     """One sample per model call of each episode; returns (samples, dropped for length)."""
     out, dropped = [], 0
     end = getattr(backend, "end_id", None)
-    for ep in episodes:
+    for n, ep in enumerate(episodes):
         for step in ep.steps:
             if not step.action or step.tool_calls:
                 continue
@@ -56,8 +57,35 @@ def samples_from(episodes: list[Episode], backend, max_prompt_tokens: int) -> tu
             if len(prompt) > max_prompt_tokens:
                 dropped += 1
                 continue
-            out.append(SFTSample(prompt, completion, ep.task.id))
+            out.append(SFTSample(prompt, completion, ep.task.id, n))
     return out, dropped
+
+
+def micro_batches(batch: list[SFTSample], rows: int, share: int) -> list[list[SFTSample]]:
+    """``batch`` cut into forwards. Samples sharing a prompt prefix of ``share`` tokens or more
+    (``prefix_groups``) go together, as many as compute no more tokens than ``rows`` of the batch's
+    longest samples (a shared prefix counts once); the others go ``rows`` at a time, by length
+    (less padding)."""
+    from evolver_grpo.logprobs import prefix_groups
+
+    lengths = [len(s.prompt_ids) + len(s.completion_ids) for s in batch]
+    groups = prefix_groups([s.prompt_ids for s in batch], lengths, share) if share > 0 else \
+        [(0, [i]) for i in range(len(batch))]
+    budget = rows * max(lengths, default=0)
+    out: list[list[SFTSample]] = []
+    for L, members in groups:
+        if not L:
+            continue
+        used = budget + 1  # start a new forward with each group
+        for i in members:
+            cost = lengths[i] - (L if used <= budget and out[-1] else 0)
+            if used + cost > budget:
+                out.append([])
+                used, cost = 0, lengths[i]
+            out[-1].append(batch[i])
+            used += cost
+    alone = sorted((g[0] for L, g in groups if not L), key=lambda i: lengths[i])
+    return out + [[batch[i] for i in alone[k:k + rows]] for k in range(0, len(alone), rows)]
 
 
 class SFTTrainer:
@@ -130,10 +158,14 @@ class SFTTrainer:
         self.opt = torch.optim.AdamW(params, lr=self.cfg.lr, weight_decay=self.cfg.weight_decay)
 
     def batches(self):
-        order = list(range(len(self.samples)))
         rng = random.Random(self.cfg.seed)
+        by_episode: dict[int, list[int]] = {}
+        for j, s in enumerate(self.samples):
+            by_episode.setdefault(s.episode, []).append(j)
+        units = list(by_episode.values()) if self.cfg.batch_by == "episode" else [[j] for j in range(len(self.samples))]
         for _ in range(self.cfg.epochs):
-            rng.shuffle(order)
+            rng.shuffle(units)
+            order = [j for unit in units for j in unit]
             for i in range(0, len(order), self.cfg.batch_size):
                 yield [self.samples[j] for j in order[i:i + self.cfg.batch_size]]
 
@@ -145,12 +177,11 @@ class SFTTrainer:
         # Token-level cross-entropy over the whole batch, accumulated over micro-batches of similar
         # length (less padding); each adds its share, so the gradient is the whole batch's.
         total = sum(len(s.completion_ids) for s in batch)
-        ordered = sorted(batch, key=lambda s: len(s.prompt_ids) + len(s.completion_ids))
         loss_sum = 0.0
-        for i in range(0, len(ordered), self.cfg.micro_batch):
-            mb = ordered[i:i + self.cfg.micro_batch]
+        for mb in micro_batches(batch, self.cfg.micro_batch, self.cfg.share_prefix):
             lp = completion_logprobs(self.model, [s.prompt_ids for s in mb], [s.completion_ids for s in mb],
-                                     chunk=self.cfg.logprob_chunk, autocast=self.cfg.autocast)
+                                     chunk=self.cfg.logprob_chunk, autocast=self.cfg.autocast,
+                                     share=self.cfg.share_prefix)
             loss = -lp.sum() / total
             loss.backward()
             loss_sum += float(loss.detach())
