@@ -19,11 +19,10 @@ import contextlib
 import inspect
 
 import torch
-
 from transformers import DynamicCache
 
-from evolver.backends.prefix_cache import split_by_length
 from evolver.backends.precision import use_autocast
+from evolver.backends.prefix_cache import split_by_length
 
 
 def split_model(model):
