@@ -64,7 +64,7 @@ class PrefixCache:
         its own tokens instead of holes."""
         dev, B = self.device, len(prompts)
         news = [len(p) - u for p, (_, u) in zip(prompts, matches)]
-        groups = _length_groups(list(range(B)), news)
+        groups = length_groups(list(range(B)), news)
         order = [i for g in groups for i in g]
         E = max(map(len, prompts))
         kv = self._batch_buffers(B, E + extra, masked=E - min(map(len, prompts)))
@@ -233,9 +233,9 @@ def _cache(buffers: list, n: int) -> DynamicCache:
     return cache
 
 
-def _length_groups(rows: list[int], sizes: list[int]) -> list[list[int]]:
+def length_groups(rows: list[int], sizes: list[int]) -> list[list[int]]:
     """``rows`` cut (by ``split_by_length``) into groups of similar ``sizes``, shortest first."""
     cut = split_by_length([sizes[i] for i in rows], slack=1.15)
     if cut is None:
         return [rows]
-    return [g for part in cut for g in _length_groups([rows[j] for j in part], sizes)]
+    return [g for part in cut for g in length_groups([rows[j] for j in part], sizes)]

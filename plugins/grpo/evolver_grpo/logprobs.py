@@ -22,7 +22,7 @@ import torch
 from transformers import DynamicCache
 
 from evolver.backends.precision import use_autocast
-from evolver.backends.prefix_cache import split_by_length
+from evolver.backends.prefix_cache import length_groups
 
 
 def split_model(model):
@@ -64,20 +64,11 @@ def prefix_groups(prompts: list[list[int]], lengths: list[int], share: int) -> l
     return groups
 
 
-def _by_length(members: list[int], sizes: list[int]) -> list[list[int]]:
-    """``members`` cut into forwards of similar ``sizes``: padded to one width, rows of very
-    different lengths would mostly compute padding (``split_by_length``)."""
-    cut = split_by_length([sizes[i] for i in members], slack=1.15)
-    if cut is None:
-        return [members]
-    return [g for part in cut for g in _by_length([members[j] for j in part], sizes)]
-
-
 def _picked_plain(trunk, prompts, completions, idx, dev) -> dict[int, torch.Tensor]:
     """Hidden states predicting each completion token, for samples ``idx`` in right-padded batches."""
     out: dict[int, torch.Tensor] = {}
     sizes = [len(p) + len(c) for p, c in zip(prompts, completions)]
-    for part in _by_length(list(idx), sizes):
+    for part in length_groups(list(idx), sizes):
         out.update(_rows(trunk, [list(prompts[i]) + list(completions[i]) for i in part],
                          [(i, len(prompts[i]) - 1, len(completions[i])) for i in part], dev))
     return out
@@ -122,7 +113,7 @@ def _picked_shared(trunk, prompts, completions, idx, L, dev) -> dict[int, torch.
     kv = [(layer.keys, layer.values) for layer in cache.layers]
     picked: dict[int, torch.Tensor] = {}
     sizes = [len(p) + len(c) - L for p, c in zip(prompts, completions)]  # the rests
-    for part in _by_length(list(idx), sizes):
+    for part in length_groups(list(idx), sizes):
         picked.update(_rows(trunk, [list(prompts[i][L:]) + list(completions[i]) for i in part],
                             [(i, len(prompts[i]) - 1, len(completions[i])) for i in part], dev, kv, L))
     return picked
