@@ -51,10 +51,10 @@ SNAPSHOT = _edit(SEED, OBS_LINE, OBS_LINE + (
     "                 if str(obs.info.get(k, '')).strip()]\n"
     "        if facts:\n"
     "            lines.append('Environment snapshot:\\n' + '\\n'.join(facts))\n"))
-NO_REPEAT = _edit(SEED, '            recent = {a for a, _ in state["history"][-HISTORY_STEPS:]}\n',
-                  '            recent = {a for a, _ in state["history"]}  # the whole episode, not the last steps\n')
-TERSE = _edit(SEED, '            lines.append("Recent steps:\\n" + "\\n".join(f"> {a}\\n{o[:300]}" for a, o in recent))\n',
-              '            lines.append("Actions so far: " + ", ".join(a for a, _ in recent))\n')
+NO_REPEAT = _edit(SEED, '            held = {a for a in obs.actions if (state["key"], a) in state["tried"]} if LOOP_GUARD else set()\n',
+                  '            held = {a for a, _ in state["history"]}  # the whole episode, whatever the state\n')
+TERSE = _edit(SEED, '            shown = [f"> {a}\\n{o[:300]}" for a, o in recent[:-1]] + [f"> {recent[-1][0]}"]\n',
+              '            shown = [f"> {a}" for a, _ in recent]\n')
 REPLAYED = [
     ("context: an environment snapshot (room and inventory) in every prompt",
      "after an action the observation says only what happened, so the model forgets the room and what it "

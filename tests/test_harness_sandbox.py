@@ -48,7 +48,7 @@ def test_plays_like_the_in_process_harness_and_asks_the_evaluator_for_skills(tmp
         assert action.env_action == "look"
         h.observe(state, action, "You see a fridge.")
         req = h.next_call(state, Observation("Now?", actions=["open fridge", "look"]))
-        assert "Recent steps:\n> look\nYou see a fridge." in req.messages[1].content  # its memory lives in the child
+        assert "Recent steps:\n> look\n\nObservation: Now?" in req.messages[1].content  # its memory lives in the child
         assert h.next_call(state, Observation("", done=True)) is None
     finally:
         h.close()

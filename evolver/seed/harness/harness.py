@@ -10,13 +10,22 @@ It is copied into every new program and may be evolved. The interface is documen
 - Skills: the system prompt lists every skill's name and description (progressive disclosure, with
   a ``read_skill NAME`` tool in free-text mode); for small models the most relevant bodies are also
   injected, because they cannot be relied on to call a tool.
-- Actions taken in the last few steps are not offered again for ranking (unless nothing else is
-  left): a small model otherwise repeats its favourite action until the step limit. A written
-  action is not held back: a trained model that repeats one means it (some games need repeats).
-- Only the last few steps of history are shown: a small context keeps small models on track and
-  context tokens are one of the frontier's objectives.
+- An action already taken in the very same state (the room and the inventory where the environment
+  reports them, else the observation) is not offered again (``LOOP_GUARD``): in a deterministic game it
+  can only lead round the same loop, and a small model otherwise cycles (take X, put X back, take X ...)
+  until the step limit. No twx-easy gold path repeats an action in the same state (120 train tasks).
+  After cold-start SFT: 0.490 -> 0.521 on 48 test episodes, 0.549 -> 0.554 on 48 dev.
+  When ranking, actions of the last few steps are held back too (unless nothing else is left).
+- Only the last few steps are shown in full (a small context keeps small models on track, and context
+  tokens are one of the frontier's objectives); older steps leave their actions as one line, and the
+  few older observations that told something new (a recipe read, a problem stated) stay as notes,
+  since a step that fell out of the window can hold what a later step needs: cookingworld's recipe,
+  read at step 3, names the appliance to cook with at step 8 (after SFT with them, cookingworld
+  0.66 -> 0.81 on test and 0.64 -> 0.73 on dev, 8 episodes each). The latest observation is shown once.
 """
 from __future__ import annotations
+
+import re
 
 from evolver.harness import Action
 from evolver.types import ChoiceRequest, GenRequest, Message
@@ -24,7 +33,10 @@ from evolver.types import ChoiceRequest, GenRequest, Message
 CHOOSE_ACTIONS = True  # play one of the listed valid actions (False: the action the model writes)
 WRITE_CHOICE = True  # choose by writing an action and matching the nearest (False: by likelihood)
 INJECT_SKILLS = 2  # bodies injected per episode (0: names and descriptions only)
-HISTORY_STEPS = 4  # past (action, observation) pairs shown
+HISTORY_STEPS = 4  # past (action, observation) pairs shown in full
+NOTES = 3  # older observations kept as notes once they leave the window
+NOTE_CHARS = 300  # one note's share of the context
+LOOP_GUARD = True  # hold back actions already taken in the same state
 MAX_OBS_CHARS = 1200  # one observation's share of the context
 ACTION_TOKENS = 24  # output budget per free-text action
 
@@ -35,7 +47,7 @@ class Harness:
 
     def start(self, task, obs):
         injected = self.program.select_skills(task, INJECT_SKILLS) if INJECT_SKILLS else []
-        return {"task": task, "history": [], "injected": injected, "tool_notes": []}
+        return {"task": task, "history": [], "injected": injected, "tool_notes": [], "tried": set(), "key": None}
 
     def system_prompt(self, state) -> str:
         parts = [self.program.prompt.strip()]
@@ -47,26 +59,66 @@ class Harness:
             parts.append(f"## Skill: {skill.name}\n{skill.body.strip()}")
         return "\n\n".join(p for p in parts if p)
 
-    def user_prompt(self, state, obs) -> str:
+    def user_prompt(self, state, obs, actions=None) -> str:
         lines = [f"Task: {state['task'].prompt.strip()[:MAX_OBS_CHARS]}"]
-        recent = state["history"][-HISTORY_STEPS:]
+        history = state["history"]
+        older, recent = history[:-HISTORY_STEPS], history[-HISTORY_STEPS:]
+        notes = self.notes(state["task"].prompt, older)
+        if notes:
+            lines.append("Notes from earlier steps:\n" + "\n".join(f"- {a}: {o}" for a, o in notes))
+        if older:
+            lines.append("Earlier actions: " + ", ".join(a for a, _ in older))
         if recent:
-            lines.append("Recent steps:\n" + "\n".join(f"> {a}\n{o[:300]}" for a, o in recent))
+            # The latest step's result is the observation below: shown once, not twice.
+            shown = [f"> {a}\n{o[:300]}" for a, o in recent[:-1]] + [f"> {recent[-1][0]}"]
+            lines.append("Recent steps:\n" + "\n".join(shown))
         lines += state["tool_notes"][-2:]
         lines.append(f"Observation: {obs.text.strip()[:MAX_OBS_CHARS]}")
-        if obs.actions:
-            lines.append("Valid actions: " + ", ".join(obs.actions))
+        actions = obs.actions if actions is None else actions
+        if actions:
+            lines.append("Valid actions: " + ", ".join(actions))
         lines.append("Next action:")
         return "\n\n".join(lines)
+
+    @staticmethod
+    def notes(task_text, older):
+        """The first older observations that said something new: mostly words the task text (which
+        holds the first room description) does not have, and not a short confirmation."""
+        known = set(re.findall(r"[a-z0-9']+", task_text.lower()))
+        out, seen = [], set()
+        for action, text in older:
+            words = re.findall(r"[a-z0-9']+", text.lower())
+            novel = sum(w not in known for w in words)
+            key = " ".join(words)
+            if len(words) >= 8 and novel >= len(words) / 2 and key not in seen:
+                seen.add(key)
+                out.append((action, " ".join(text.split())[:NOTE_CHARS]))
+            if len(out) == NOTES:
+                break
+        return out
+
+    @staticmethod
+    def state_key(obs):
+        """The environment's state as far as it reports it: the room and the inventory (twx), else the
+        observation. Not the observation beside them: "You close the drawer." after opening it is the
+        state before, and so is a cycle through several places."""
+        info = obs.info or {}
+        facts = tuple(str(info[k]) for k in ("look", "inventory") if k in info)
+        return facts or (obs.text,)
 
     def next_call(self, state, obs):
         if obs.done:
             return None
-        messages = [Message("system", self.system_prompt(state)), Message("user", self.user_prompt(state, obs))]
+        state["key"] = self.state_key(obs)
+        options = list(obs.actions or [])
         if obs.actions and CHOOSE_ACTIONS:
-            # A written action is the model's own; only ranking needs the guard against repeats.
-            recent = set() if WRITE_CHOICE else {a for a, _ in state["history"][-HISTORY_STEPS:]}
-            options = [a for a in obs.actions if a not in recent] or list(obs.actions)
+            held = {a for a in obs.actions if (state["key"], a) in state["tried"]} if LOOP_GUARD else set()
+            if not WRITE_CHOICE:  # a written action is the model's own; a ranked one needs this guard too
+                held |= {a for a, _ in state["history"][-HISTORY_STEPS:]}
+            options = [a for a in obs.actions if a not in held] or options
+        messages = [Message("system", self.system_prompt(state)),
+                    Message("user", self.user_prompt(state, obs, options))]
+        if obs.actions and CHOOSE_ACTIONS:
             return ChoiceRequest(messages=messages, options=options, write=WRITE_CHOICE)
         return GenRequest(messages=messages, max_tokens=ACTION_TOKENS, stop=["\n"])
 
@@ -74,6 +126,7 @@ class Harness:
         if isinstance(request, ChoiceRequest):
             if 0 <= result.index < len(request.options):
                 choice = request.options[result.index]
+                state["tried"].add((state["key"], choice))
                 return Action(env_action=choice, output=choice)
             return Action(env_action="", output="")
         text = (result.text or "").strip()
@@ -83,7 +136,9 @@ class Harness:
             return Action(tool="read_skill", args=words[1:2], output=text)
         if words[:1] == ["run_skill"] and len(words) >= 3:
             return Action(tool="run_skill", args=words[1:], output=text)
-        return Action(env_action=first.removeprefix("Action:").strip(), output=text)
+        action = first.removeprefix("Action:").strip()
+        state["tried"].add((state["key"], action))
+        return Action(env_action=action, output=text)
 
     def observe(self, state, action, text):
         if action.tool:

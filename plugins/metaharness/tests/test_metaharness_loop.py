@@ -34,9 +34,9 @@ def only_this_plugin(monkeypatch):
 
 
 SEED = (SEED_DIR / "harness" / "harness.py").read_text()
-PARSE_LINE = '        return Action(env_action=first.removeprefix("Action:").strip(), output=text)\n'
+PARSE_LINE = '        action = first.removeprefix("Action:").strip()\n'
 assert PARSE_LINE in SEED  # the variants below edit this line of the seed harness
-UPPERCASE = SEED.replace(PARSE_LINE, PARSE_LINE.replace(".strip(), output", ".strip().upper(), output"))
+UPPERCASE = SEED.replace(PARSE_LINE, PARSE_LINE.replace(".strip()\n", ".strip().upper()\n"))
 RAISES_ON_IMPORT = SEED.replace("class Harness:", "raise RuntimeError('broken at import time')\n\n\nclass Harness:")
 HANGS = SEED.replace("    def next_call(self, state, obs):\n",
                      "    def next_call(self, state, obs):\n        while True:\n            pass\n")
@@ -95,7 +95,7 @@ def test_a_harness_that_improves_the_benchmark_is_admitted_with_its_lineage_and_
         assert repo._git("rev-parse", repo.resolve(cid) + "^") == repo.resolve("seed")
         assert ".upper()" in repo.files(cid)["harness/harness.py"]
         report = Path(summary["report"]).read_text()
-        assert f"## Diff of {cid}" in report and "+        return Action(env_action=first" in report
+        assert f"## Diff of {cid}" in report and "+        action = first.removeprefix(\"Action:\").strip().upper()" in report
         assert "Mechanism: parsing: upper-case the model's action" in report
         assert "| program | score | context_tokens | cost |" in report
         tokens = run.frontier.get(cid).metrics["context_tokens"]

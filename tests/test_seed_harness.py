@@ -1,0 +1,84 @@
+"""The seed harness's context: what a step's prompt keeps of the episode so far."""
+import shutil
+
+from evolver.harness import SEED_DIR, Action, make_harness, program_context
+from evolver.types import ChoiceResult, Observation, Program, Task
+
+ROOM = ("You are in the kitchen. In one part of the room you see a stove. There is also an oven. "
+        "You also see a fridge that is closed. In one part of the room you see a counter that has a cookbook on it.")
+RECIPE = ("Gather all following ingredients and follow the directions to prepare this tasty meal. "
+          "Ingredients: red potato Directions: roast the red potato prepare meal")
+
+
+def seed_harness(tmp_path):
+    root = tmp_path / "seed"
+    shutil.copytree(SEED_DIR, root)
+    return make_harness(program_context(Program("seed", "c0ffee", str(root), "hseed")))
+
+
+def play(harness, steps):
+    task = Task("t", "b", "train", "cooking", prompt="Cook a meal.\n\n" + ROOM)
+    state = harness.start(task, Observation(ROOM))
+    for action, text in steps:
+        harness.observe(state, Action(env_action=action), text)
+    obs = Observation(steps[-1][1], actions=["roast red potato in oven", "look around"])
+    return harness.next_call(state, obs).messages[1].content
+
+
+def test_an_observation_that_left_the_window_stays_as_a_note(tmp_path):
+    prompt = play(seed_harness(tmp_path), [
+        ("look around", ROOM), ("take cookbook", "You take the cookbook."), ("read cookbook", RECIPE),
+        ("open fridge", "You open the fridge. The fridge contains a red potato."),
+        ("take red potato", "You take the red potato."), ("close fridge", "You close the fridge."),
+        ("look around", ROOM.replace("a cookbook", "nothing")),
+    ])
+    assert f"Notes from earlier steps:\n- read cookbook: {RECIPE}" in prompt
+    assert "- look around" not in prompt  # the room again is no news: the task text holds it
+    assert "- take cookbook" not in prompt  # nor is a short confirmation
+    assert "Earlier actions: look around, take cookbook, read cookbook\n" in prompt
+    assert "Recent steps:\n> open fridge\nYou open the fridge." in prompt
+    assert prompt.count("a counter that has nothing on it") == 1  # the latest observation, once
+    assert prompt.index("> look around\n\nObservation: You are in the kitchen.") > prompt.index("Recent steps:")
+
+
+def test_a_short_episode_has_no_notes_and_no_earlier_actions(tmp_path):
+    prompt = play(seed_harness(tmp_path), [("read cookbook", RECIPE), ("take cookbook", "You take the cookbook.")])
+    assert "Notes from earlier steps" not in prompt and "Earlier actions" not in prompt
+    assert f"> read cookbook\n{RECIPE}\n> take cookbook\n\nObservation: You take the cookbook." in prompt
+
+
+def test_an_action_taken_in_the_same_state_is_not_offered_again(tmp_path):
+    h = seed_harness(tmp_path)
+    state = h.start(Task("t", "b", "train", "twc", prompt="Put things away."), Observation("A corridor."))
+    actions = ["take umbrella", "put umbrella in hat rack", "look around"]
+    holding = Observation("You take the umbrella.", actions=actions, info={"look": "A corridor.", "inventory": "umbrella"})
+
+    def take(request, name):
+        action = h.parse(state, holding, request, ChoiceResult(index=request.options.index(name), scores=[]))
+        h.observe(state, action, "ok")
+        return action
+
+    first = h.next_call(state, holding)
+    assert first.options == actions
+    take(first, "put umbrella in hat rack")
+    # Back in the very same state (same observation, room and inventory): the loop is cut.
+    again = h.next_call(state, holding)
+    assert again.options == ["take umbrella", "look around"]
+    assert "Valid actions: take umbrella, look around\n" in again.messages[1].content
+    # The same words in another room are another state: nothing is held back there.
+    elsewhere = Observation("You take the umbrella.", actions=actions, info={"look": "A hall.", "inventory": "umbrella"})
+    assert h.next_call(state, elsewhere).options == actions
+    # When every action was tried here, all are offered rather than none.
+    take(h.next_call(state, holding), "take umbrella")
+    take(h.next_call(state, holding), "look around")
+    assert h.next_call(state, holding).options == actions
+
+
+def test_the_state_is_the_room_and_inventory_where_reported_else_the_observation(tmp_path):
+    h = seed_harness(tmp_path)
+    shut = {"look": "A kitchen with a closed drawer.", "inventory": "a knife"}
+    # Opening and closing the drawer again comes back to the same state, whatever the words say.
+    assert h.state_key(Observation("You close the drawer.", info=shut)) == \
+        h.state_key(Observation("You take the knife.", info=shut))
+    assert h.state_key(Observation("x", info=shut)) != h.state_key(Observation("x", info={**shut, "inventory": ""}))
+    assert h.state_key(Observation("A hall.")) == h.state_key(Observation("A hall.")) != h.state_key(Observation("A yard."))
