@@ -812,7 +812,9 @@ def test_embedded_model_generates_and_chooses(monkeypatch):
     res = b.choose([ChoiceRequest(q, ["London", "Paris", "Berlin", "Madrid"])])[0]
     assert res.index == 1, res.scores
     naive = b.choose_naive([ChoiceRequest(q, ["London", "Paris", "Berlin", "Madrid"])])[0]
-    assert res.scores == pytest.approx(naive.scores, abs=0.05)  # bf16 autocast: loose tolerance
+    # bf16 logits of magnitude 16-32 are 0.125 apart, so a batch shape or a cached prefix can move a
+    # score by one such step (seen: 0.133 on an AMX Xeon); fp32 must agree closely.
+    assert res.scores == pytest.approx(naive.scores, abs=0.3 if b.autocast else 1e-3)
 
 
 @pytest.mark.parametrize("T", [1, 3, 40])
