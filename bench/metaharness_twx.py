@@ -51,7 +51,7 @@ SNAPSHOT = _edit(SEED, OBS_LINE, OBS_LINE + (
     "                 if str(obs.info.get(k, '')).strip()]\n"
     "        if facts:\n"
     "            lines.append('Environment snapshot:\\n' + '\\n'.join(facts))\n"))
-NO_REPEAT = _edit(SEED, '            held = {a for a in obs.actions if (state["key"], a) in state["tried"]} if LOOP_GUARD else set()\n',
+NO_REPEAT = _edit(SEED, '            held = {a for a in obs.actions if (key, a) in state["tried"]} if LOOP_GUARD else set()\n',
                   '            held = {a for a, _ in state["history"]}  # the whole episode, whatever the state\n')
 TERSE = _edit(SEED, '            shown = [f"> {a}\\n{o[:300]}" for a, o in recent[:-1]] + [f"> {recent[-1][0]}"]\n',
               '            shown = [f"> {a}" for a, _ in recent]\n')

@@ -47,7 +47,7 @@ class Harness:
 
     def start(self, task, obs):
         injected = self.program.select_skills(task, INJECT_SKILLS) if INJECT_SKILLS else []
-        return {"task": task, "history": [], "injected": injected, "tool_notes": [], "tried": set(), "key": None}
+        return {"task": task, "history": [], "injected": injected, "tool_notes": [], "tried": set()}
 
     def system_prompt(self, state) -> str:
         parts = [self.program.prompt.strip()]
@@ -109,10 +109,10 @@ class Harness:
     def next_call(self, state, obs):
         if obs.done:
             return None
-        state["key"] = self.state_key(obs)
         options = list(obs.actions or [])
         if obs.actions and CHOOSE_ACTIONS:
-            held = {a for a in obs.actions if (state["key"], a) in state["tried"]} if LOOP_GUARD else set()
+            key = self.state_key(obs)
+            held = {a for a in obs.actions if (key, a) in state["tried"]} if LOOP_GUARD else set()
             if not WRITE_CHOICE:  # a written action is the model's own; a ranked one needs this guard too
                 held |= {a for a, _ in state["history"][-HISTORY_STEPS:]}
             options = [a for a in obs.actions if a not in held] or options
@@ -126,7 +126,7 @@ class Harness:
         if isinstance(request, ChoiceRequest):
             if 0 <= result.index < len(request.options):
                 choice = request.options[result.index]
-                state["tried"].add((state["key"], choice))
+                state["tried"].add((self.state_key(obs), choice))
                 return Action(env_action=choice, output=choice)
             return Action(env_action="", output="")
         text = (result.text or "").strip()
@@ -137,7 +137,7 @@ class Harness:
         if words[:1] == ["run_skill"] and len(words) >= 3:
             return Action(tool="run_skill", args=words[1:], output=text)
         action = first.removeprefix("Action:").strip()
-        state["tried"].add((state["key"], action))
+        state["tried"].add((self.state_key(obs), action))
         return Action(env_action=action, output=text)
 
     def observe(self, state, action, text):
