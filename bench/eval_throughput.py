@@ -13,7 +13,10 @@ rows ~110 ms, while prefill is compute-bound and gains little from batching. It 
 steps / (steps of the longest episode): a lockstep makes that many calls one after another, however
 cheap each is; nor the one-at-a-time wall over the batched prefill (compute-bound: as slow in a batch
 as alone) plus the time outside the model. The script prints both ceilings beside the ratio. ``--passes 1`` halves the
-time of the larger runs; ``--harness FILE`` measures another harness.py in place of the seed's.
+time of the larger runs; ``--harness FILE`` measures another harness.py in place of the seed's;
+``--model DIR`` another model (e.g. an SFT checkpoint, which writes its actions as listed, so a
+written choice's options make good drafts: the batched row is then also played with prompt-lookup
+drafts alone, ``batched, prompt drafts``).
 """
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ from pathlib import Path
 
 import torch
 from action_modes import MODES, seed_workspace, set_mode  # noqa: E402 (a sibling script)
+from evolver.backends.drafts import PromptLookup
 from evolver.evaluate import run_episodes
 from evolver.types import GenRequest, GenResult, stable_hash
 
@@ -43,11 +47,18 @@ def main() -> None:
                          "(default: the backend's, which packs query heads onto their KV head)")
     ap.add_argument("--lookup-tokens", type=int, default=None,
                     help="most tokens one decoding forward feeds, drafts included (default: the backend's)")
+    ap.add_argument("--model", default=None,
+                    help="HF folder to play, e.g. a checkpoint of `evolver train --sft` (default: the embedded model)")
+    ap.add_argument("--drafts", default="options,prompt",
+                    help="draft sources to compare on the batched row (comma-separated): 'options' drafts a "
+                         "written choice's options (the backend's default), 'prompt' prompt lookup alone")
     ap.add_argument("--batched-only", action="store_true", help="skip the one-at-a-time rows")
     ap.add_argument("--no-naive", action="store_true",
                     help="skip the naive rows (what a user writes with plain transformers, one episode at a time)")
     args = ap.parse_args()
-    tmp, store, run, seed = seed_workspace(max_steps=args.max_steps)
+    from evolver.config import RoleConfig
+    roles = {"executor": RoleConfig(model=args.model)} if args.model else {}
+    tmp, store, run, seed = seed_workspace(max_steps=args.max_steps, **({"roles": roles} if roles else {}))
     tasks = run.benchmark.tasks("dev", per_category=args.per_category)
     backend = run.backend("executor")
     precision = (f"{'bf16 autocast' if backend.inner.autocast else 'fp32'} on {backend.inner.device.type} "
@@ -62,9 +73,14 @@ def main() -> None:
     original = Path(args.harness).read_text() if args.harness else harness_file.read_text()
     rows = []
     modes = args.actions.split(",")
+    sources = args.drafts.split(",")
     fast = [(m, label, n, "choose") for m in MODES if m in modes
             for label, n in (("batched", len(tasks)), ("one at a time", 1))
             if not (args.batched_only and n == 1)]
+    # Prompt lookup alone on the batched row too, where a written choice would draft its options: the
+    # two sources side by side (only a model that writes its options, e.g. after SFT, tells them apart).
+    fast += [(m, "batched, prompt drafts", len(tasks), "choose") for m in MODES if m in modes
+             if m != "likelihood" and "prompt" in sources and "options" in sources]
     # Two passes over the fast rows, keeping each row's best: the first runs after start-up are slow
     # (kernel selection for new shapes), and a single pass measured mostly the order of the rows.
     # The naive rows run once: they are several times slower anyway. Each is what a user without
@@ -79,6 +95,9 @@ def main() -> None:
         inner, cls = backend.inner, backend.inner.__class__
         inner.choose = (cls.choose_naive if method == "naive" and mode == "likelihood" else cls.choose).__get__(inner)
         inner.generate = (naive_generate if method == "naive" and mode != "likelihood" else cls.generate).__get__(inner)
+        prompt_only = label == "batched, prompt drafts" or "options" not in sources
+        inner._drafter = ((lambda req, prompt: PromptLookup(prompt)) if prompt_only
+                          else cls._drafter.__get__(inner))
         # Every row starts cold, as the evaluation of a new program does: prompt KV cached by an earlier
         # row (the same tasks) would make later rows look faster than they are.
         backend.inner._prefixes.clear()
@@ -103,7 +122,8 @@ def main() -> None:
     run.close()
     store.close()
     shutil.rmtree(tmp, ignore_errors=True)
-    print(f"twx-easy dev, {len(tasks)} episodes of at most {args.max_steps} steps, SmolLM2-135M {precision}")
+    print(f"twx-easy dev, {len(tasks)} episodes of at most {args.max_steps} steps, "
+          f"{args.model or 'SmolLM2-135M'} {precision}")
     print(f"{'actions':11} {'episodes played':22} {'episodes':>8} {'steps':>6} {'wall s':>7} {'ep/min':>7} "
           f"{'outside model %':>15} {'score':>6}  model time split")
     for r in rows:
@@ -121,6 +141,11 @@ def main() -> None:
             print(f"{mode}: with prefill as it is, batching cannot pass {s[4] / floor:.2f}x: the one-at-a-time "
                   f"wall ({s[4]:.1f} s) over the batched run's prefill and time outside the model "
                   f"({floor:.1f} s; the ratio if batched decoding cost nothing)")
+    for mode in modes:
+        if (mode, "batched, prompt drafts") in by:
+            b, p = by[(mode, "batched")], by[(mode, "batched, prompt drafts")]
+            print(f"{mode}: option drafts / prompt drafts = {b[5] / p[5]:.2f}x episodes per minute batched "
+                  f"(decoding {p[10]:.1f} s in {p[11]} forwards -> {b[10]:.1f} s in {b[11]})")
     for mode in naive:
         b, n = by[(mode, "batched")], by[(mode, "naive, one at a time")]
         print(f"{mode}: batched / naive one at a time (plain transformers) = {b[5] / n[5]:.1f}x episodes per minute")

@@ -66,6 +66,9 @@ class GenRequest:
     stop: list[str] | None = None
     seed: int | None = None
     logprobs: bool = False  # ask local backends for prompt/completion ids and per-token log-probs
+    #: Replies that are likely (a written choice's options): a local backend may check their tokens
+    #: as drafts while decoding. The reply is the same with or without them; only its speed changes.
+    drafts: list[str] | None = None
 
 
 @dataclass

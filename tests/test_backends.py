@@ -474,7 +474,7 @@ def test_stop_strings_and_max_tokens(tiny):
 
 
 def test_prompt_lookup_drafts_from_the_latest_occurrence():
-    from evolver.backends.transformers_backend import PromptLookup
+    from evolver.backends.drafts import PromptLookup
 
     look = PromptLookup([1, 2, 3, 4, 9, 2, 3, 5, 6, 7])
     assert look.draft([2, 3], 3) == [5, 6, 7]  # "2 3" occurs twice: the latest one wins
@@ -524,6 +524,61 @@ def test_prompt_lookup_leaves_replies_unchanged_and_saves_forwards_when_the_mode
         assert fast.completion_ids == slow.completion_ids and len(fast.completion_ids) == 40
         assert fast.logprobs == pytest.approx(slow.logprobs, abs=1e-5)
         assert off.timing["decode_steps"] == 39 and on.timing["decode_steps"] <= 8, on.timing
+
+
+def test_option_drafts_draft_the_rest_of_the_options_the_reply_begins():
+    from evolver.backends.drafts import OptionDrafts
+
+    d = OptionDrafts([9, 9, 9], [[1, 2, 3, 4], [1, 2, 5], [6, 7], []])
+    assert d.draft([6], 5) == [7]  # one option left: all of its rest
+    assert d.draft([1], 5) == [2]  # two left: the part they share
+    assert d.draft([1, 2], 5) == [3, 4]  # they part here: the first one's rest
+    assert d.draft([], 1) == [1]  # (the budget caps every draft)
+    d = OptionDrafts([4, 5, 6, 4, 5, 8], [[1, 2]])
+    assert d.draft([1, 2], 3) == []  # the reply is the whole option: nothing of it is left
+    d = OptionDrafts([4, 5, 6, 4, 5, 8], [[1, 2]])
+    assert d.draft([4], 3) == [5, 8, 4]  # a reply no option begins: prompt lookup (the reply counts)
+    assert d.draft([4, 5], 1) == [8]  # (which sees the reply grow from one call to the next)
+
+
+def test_choices_written_name_their_options_as_drafts():
+    backend = ScriptedBackend(answers=["go north"])
+    backend.choose_by_writing([ChoiceRequest(messages=user("where?"), options=["go north", "go south"])])
+    assert backend.calls[0].drafts == ["go north", "go south"]
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_option_drafts_leave_replies_unchanged_and_save_forwards_when_the_model_writes_an_option(
+        tiny_model_dir, temperature):
+    """A written choice drafts the rest of the option it has begun, which prompt lookup cannot guess
+    when the prompt does not hold the option as written: same reply, a fraction of the forwards."""
+    from evolver.backends.transformers_backend import TransformersBackend
+
+    b = TransformersBackend(model=str(tiny_model_dir), dtype="fp32", prefix_cache=0)
+    options = ["abcdefghijklmnop", "abzyx"]  # (the tiny model's tokens are nearly characters)
+    target = b.tokenizer(options[0], add_special_tokens=False)["input_ids"]
+    assert len(target) > 6 and len(set(target)) == len(target)
+    succ = dict(zip(target, target[1:]))
+    eos = b.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    real = b._forward
+
+    def writing(ids, mask, pos, cache, logits_to_keep=0):  # a model that writes option 0, then stops
+        logits, cache = real(ids, mask, pos, cache, logits_to_keep)
+        fed = ids[:, ids.shape[1] - logits.shape[1]:]
+        nxt = torch.tensor([[succ.get(int(t), eos if int(t) == target[-1] else target[0]) for t in row]
+                            for row in fed], device=logits.device)
+        return torch.full_like(logits, -1e4).scatter_(-1, nxt[..., None], 1e4), cache
+    b._forward = writing
+    msgs = user("Pick one of the two things you were told about.")
+    steps = {}
+    for drafts in (None, options):
+        b.timing.clear()
+        out = b.generate([GenRequest(msgs, max_tokens=20, temperature=temperature, seed=1, logprobs=True,
+                                     drafts=drafts)])[0]
+        assert out.text == options[0] and out.error is None
+        steps[bool(drafts)] = (b.timing["decode_steps"], out.completion_ids)
+    assert steps[True][1] == steps[False][1]
+    assert steps[False][0] >= len(target) - 3 and steps[True][0] <= 3, steps
 
 
 def test_race_samples_the_softmax_and_its_noise_stream_ignores_how_positions_are_checked():

@@ -12,9 +12,10 @@ What makes a 135M model usable on a 2-core CPU:
 - A batch's KV lives in one buffer per layer, sized for the prompts and the whole reply: the prefill
   writes into it and decoding writes each token in place (``prefix_cache._prefill_rows``), where
   HF's cache would concatenate the whole cache on every forward.
-- Greedy rows draft tokens from their own prompt and reply (``PromptLookup``) and check the drafts in
-  one forward: an agent's reply copies its context (a listed action, the observation), and a forward
-  of one row costs about the same for 1 token or 9. Rejected drafts stay in the cache as masked holes.
+- Rows draft tokens (``drafts.py``: from their own prompt and reply, or from the replies the request
+  names as likely, e.g. a choice's options) and check the drafts in one forward: an agent's reply
+  copies its context (a listed action, the observation), and a forward of one row costs about the
+  same for 1 token or 9. Rejected drafts stay in the cache as masked holes.
 - Attention packs query heads onto their shared KV head (``attention.py``) instead of copying the
   cache per head.
 
@@ -40,6 +41,7 @@ from evolver.backends.base import Backend, render_plain
 from evolver.backends.bf16_weights import keep_bf16_weights
 from evolver.backends.choice_scoring import ChoiceScoring, token_logprobs
 from evolver.backends.precision import CHOICES, use_autocast
+from evolver.backends.drafts import OptionDrafts, PromptLookup
 from evolver.backends.prefix_cache import PrefixCache
 from evolver.backends.embedded import fingerprint, resolve_model, state_hash
 from evolver.errors import BackendError
@@ -241,7 +243,7 @@ class TransformersBackend(PrefixCache, ChoiceScoring, Backend):
             out_ids: list[list[int]] = [[] for _ in range(B)]
             out_lp: list[list[float]] = [[] for _ in range(B)]
             done = [False] * B
-            lookups = [PromptLookup(p) if self.lookup else None for p in prompts]
+            lookups = [self._drafter(req, p) if self.lookup else None for req, p in zip(reqs, prompts)]
             # The mask grows by the columns fed at each step: one buffer, viewed wider each time.
             width = mask.shape[1]
             mask = torch.cat([mask, torch.zeros((B, longest + holes), dtype=mask.dtype, device=dev)], dim=1)
@@ -282,6 +284,13 @@ class TransformersBackend(PrefixCache, ChoiceScoring, Backend):
         for r, i in enumerate(order):
             results[i] = self._result(reqs[r], prompts[r], out_ids[r], out_lp[r])
         return results  # type: ignore[return-value]
+
+    def _drafter(self, req: GenRequest, prompt: list[int]):
+        """A row's draft source: the request's likely replies, if it names some, else its prompt."""
+        if not req.drafts:
+            return PromptLookup(prompt)
+        tok = self.tokenizer
+        return OptionDrafts(prompt, [tok(o, add_special_tokens=False)["input_ids"] for o in req.drafts])
 
     def _accept(self, logits, drafts, reqs, races, done, out_ids, out_lp, want_lp, limits) -> list[int]:
         """Emit each live row's next tokens from a forward's logits [B, T, V]: every draft token the
@@ -395,38 +404,6 @@ def _device(name: str) -> torch.device:
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise BackendError(f"device {name!r} asked for, but torch sees no CUDA GPU; use device='cpu' or 'auto'")
     return dev
-
-
-class PromptLookup:
-    """Draft tokens for a row, from its own text ("prompt lookup decoding"): what
-    followed the latest earlier occurrence of the reply's last 3 tokens (else 2, else 1) in the
-    prompt and the reply so far. Positions are indexed by token, so a draft costs a few comparisons,
-    not a scan of the prompt."""
-
-    def __init__(self, prompt: list[int]):
-        self.seq: list[int] = []
-        self.n_prompt = len(prompt)
-        self.where: dict[int, list[int]] = {}
-        self._extend(prompt)
-
-    def _extend(self, tokens) -> None:
-        for tok in tokens:
-            self.where.setdefault(tok, []).append(len(self.seq))
-            self.seq.append(tok)
-
-    def draft(self, reply: list[int], k: int) -> list[int]:
-        self._extend(reply[len(self.seq) - self.n_prompt:])
-        seq, end = self.seq, len(self.seq)
-        if k <= 0:
-            return []
-        for n in (3, 2, 1):
-            if end <= n:
-                continue
-            tail = seq[end - n:]
-            for i in reversed(self.where[tail[-1]]):  # i: where an occurrence ends, latest first
-                if i < end - 1 and i >= n - 1 and seq[i - n + 1:i + 1] == tail:
-                    return seq[i + 1:i + 1 + k]
-        return []
 
 
 class Race:
