@@ -8,10 +8,12 @@ exactly what decoding one token per forward gives either way. Two sources:
   decoding"): an agent's reply copies its context (an action from the listed valid actions, a name).
 - ``OptionDrafts``: the replies a request says are likely (``GenRequest.drafts``, e.g. a choice's
   options when the model writes one): the rest of the option the reply so far is the start of.
-  Prompt lookup guesses which "examine ..." the list meant from the latest one listed, and is right
-  about one time in ten there; the options name every continuation.
+  Prompt lookup can only guess which "examine ..." of a listed set is meant (it takes the latest
+  one listed); the options name every continuation.
 """
 from __future__ import annotations
+
+from os.path import commonprefix
 
 
 class PromptLookup:
@@ -59,10 +61,4 @@ class OptionDrafts:
         rests = [o[n:] for o in self.options if len(o) > n and o[:n] == reply]
         if not rests or k <= 0:
             return self.fallback.draft(reply, k)
-        shared = rests[0]
-        for rest in rests[1:]:
-            m = 0
-            while m < min(len(shared), len(rest)) and shared[m] == rest[m]:
-                m += 1
-            shared = shared[:m]
-        return (shared or rests[0])[:k]
+        return (commonprefix(rests) or rests[0])[:k]  # (commonprefix works on any sequences)
