@@ -43,14 +43,14 @@ def _edit(code: str, old: str, new: str) -> str:
     return code.replace(old, new)
 
 
-OBS_LINE = '        lines.append(f"Observation: {obs.text.strip()[:MAX_OBS_CHARS]}")\n'
-SNAPSHOT = _edit(SEED, OBS_LINE, OBS_LINE + (
+ACTIONS_LINE = '        actions = obs.actions if actions is None else actions\n'
+SNAPSHOT = _edit(SEED, ACTIONS_LINE, (
     "        # twx reports the room and the inventory beside each observation: after 'take apple' the\n"
     "        # observation alone no longer says where the agent is or what it holds.\n"
     "        facts = [f\"{k.title()}: {str(obs.info.get(k, '')).strip()[:600]}\" for k in ('look', 'inventory')\n"
     "                 if str(obs.info.get(k, '')).strip()]\n"
     "        if facts:\n"
-    "            lines.append('Environment snapshot:\\n' + '\\n'.join(facts))\n"))
+    "            lines.append('Environment snapshot:\\n' + '\\n'.join(facts))\n") + ACTIONS_LINE)
 NO_REPEAT = _edit(SEED, '            held = {a for a in obs.actions if (key, a) in state["tried"]} if LOOP_GUARD else set()\n',
                   '            held = {a for a, _ in state["history"]}  # the whole episode, whatever the state\n')
 TERSE = _edit(SEED, '            shown = [f"> {a}\\n{o[:300]}" for a, o in recent[:-1]] + [f"> {recent[-1][0]}"]\n',

@@ -35,6 +35,10 @@ class StoreLockedError(EvolverError):
     pass
 
 
+class QueryError(EvolverError):
+    """SQL the trace store rejected (a user's `evolver traces` query)."""
+
+
 class ProgramRepoError(EvolverError):
     pass
 

@@ -21,7 +21,7 @@ from typing import Any
 import duckdb
 
 from evolver import store_schema
-from evolver.errors import EvolverError, StoreLockedError
+from evolver.errors import EvolverError, QueryError, StoreLockedError
 from evolver.store_schema import dumps
 from evolver.types import Episode, Evaluation, Step, Task
 
@@ -450,7 +450,12 @@ class Store:
     @_locked
     def query(self, sql: str, params: list | None = None) -> tuple[list[str], list[tuple]]:
         """Run SQL on the store (meant for read-only queries, e.g. `evolver traces`)."""
-        cur = self._con.execute(sql, params or [])
+        try:
+            cur = self._con.execute(sql, params or [])
+        except duckdb.Error as exc:  # the user's SQL: its message, not a stack trace, and where to look
+            tables = ", ".join(r[0] for r in self._con.execute("SHOW TABLES").fetchall())
+            raise QueryError(f"{str(exc).strip()}\n(tables: {tables}; `evolver traces \"DESCRIBE episodes\"` "
+                             f"lists a table's columns)") from exc
         if cur.description is None:
             return [], []
         return [d[0] for d in cur.description], cur.fetchall()

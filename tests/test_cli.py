@@ -66,10 +66,13 @@ def test_init_eval_run_and_inspect(tmp_path):
     (["--set=loop.iteratons=1", "eval"], "did you mean 'loop.iterations'"),
     (["--set=benchmark=nope", "eval"], "unknown benchmark 'nope'; known benchmarks: basic, twx, upper"),
     (["--set=roles.executor.backend=gpt", "eval"], "unknown backend 'gpt'"),
+    (["traces", "SELECT id FROM episodes"], 'column "id" not found'),  # the user's SQL: where to look
 ])
 def test_bad_input_is_a_clean_error(tmp_path, extra, message):
     r = CliRunner().invoke(cli, base_args(tmp_path) + extra)
     assert r.exit_code == 2 and message in r.output and "Traceback" not in r.output
+    if extra[0] == "traces":
+        assert "tables: " in r.output and "episodes, " in r.output and 'DESCRIBE episodes' in r.output
 
 
 def test_second_process_on_the_same_store_gets_a_clear_message(tmp_path):

@@ -16,33 +16,50 @@ def seed_harness(tmp_path):
     return make_harness(program_context(Program("seed", "c0ffee", str(root), "hseed")))
 
 
-def play(harness, steps):
+def play(harness, steps, actions=("roast red potato in oven", "look around")):
+    """The user prompt of each step of an episode that took ``steps`` (action, observation) pairs."""
     task = Task("t", "b", "train", "cooking", prompt="Cook a meal.\n\n" + ROOM)
     state = harness.start(task, Observation(ROOM))
+    prompts = [harness.next_call(state, Observation(ROOM, actions=list(actions))).messages[1].content]
     for action, text in steps:
         harness.observe(state, Action(env_action=action), text)
-    obs = Observation(steps[-1][1], actions=["roast red potato in oven", "look around"])
-    return harness.next_call(state, obs).messages[1].content
+        prompts.append(harness.next_call(state, Observation(text, actions=list(actions))).messages[1].content)
+    return prompts
+
+
+EPISODE = [
+    ("look around", ROOM), ("take cookbook", "You take the cookbook."), ("read cookbook", RECIPE),
+    ("open fridge", "You open the fridge. The fridge contains a red potato."),
+    ("take red potato", "You take the red potato."), ("close fridge", "You close the fridge."),
+    ("look around", ROOM.replace("a cookbook", "nothing")), ("examine oven", "A hot oven."),
+]
 
 
 def test_an_observation_that_left_the_window_stays_as_a_note(tmp_path):
-    prompt = play(seed_harness(tmp_path), [
-        ("look around", ROOM), ("take cookbook", "You take the cookbook."), ("read cookbook", RECIPE),
-        ("open fridge", "You open the fridge. The fridge contains a red potato."),
-        ("take red potato", "You take the red potato."), ("close fridge", "You close the fridge."),
-        ("look around", ROOM.replace("a cookbook", "nothing")),
-    ])
+    prompt = play(seed_harness(tmp_path), EPISODE)[-1]  # 8 steps: the first 4 have folded
     assert f"Notes from earlier steps:\n- read cookbook: {RECIPE}" in prompt
     assert "- look around" not in prompt  # the room again is no news: the task text holds it
     assert "- take cookbook" not in prompt  # nor is a short confirmation
-    assert "Earlier actions: look around, take cookbook, read cookbook\n" in prompt
-    assert "Recent steps:\n> open fridge\nYou open the fridge." in prompt
-    assert prompt.count("a counter that has nothing on it") == 1  # the latest observation, once
-    assert prompt.index("> look around\n\nObservation: You are in the kitchen.") > prompt.index("Recent steps:")
+    assert "Earlier actions: look around, take cookbook, read cookbook, open fridge\n" in prompt
+    assert "Recent steps:\n> take red potato\nYou take the red potato.\n> close fridge" in prompt
+    assert prompt.count("A hot oven.") == 1  # the latest observation, once
+    assert prompt.endswith("> examine oven\n\nObservation: A hot oven.\n\nValid actions: roast red potato in oven, "
+                           "look around\n\nNext action:")
+
+
+def test_each_prompt_extends_the_one_before_until_the_window_folds(tmp_path):
+    prompts = play(seed_harness(tmp_path), EPISODE)
+    # What the next prompt can reuse: all but the latest observation and the valid actions.
+    head = [p[:p.index("\n\nObservation:" if "Observation:" in p else "\n\nValid actions:")] for p in prompts]
+    folds = [n for n in range(1, len(prompts)) if not prompts[n].startswith(head[n - 1])]
+    assert folds == [8]  # 4 steps in full at least, 4 leave together: once in 8 steps
+    assert "Earlier actions" not in prompts[7] and prompts[7].count("\n> ") == 7
+    # The first observation is the task's own text: not shown twice.
+    assert prompts[0].count("You are in the kitchen.") == 1 and "Observation:" not in prompts[0]
 
 
 def test_a_short_episode_has_no_notes_and_no_earlier_actions(tmp_path):
-    prompt = play(seed_harness(tmp_path), [("read cookbook", RECIPE), ("take cookbook", "You take the cookbook.")])
+    prompt = play(seed_harness(tmp_path), [("read cookbook", RECIPE), ("take cookbook", "You take the cookbook.")])[-1]
     assert "Notes from earlier steps" not in prompt and "Earlier actions" not in prompt
     assert f"> read cookbook\n{RECIPE}\n> take cookbook\n\nObservation: You take the cookbook." in prompt
 

@@ -25,8 +25,9 @@ class PrefixCache:
         steps prefilled 12 system prompts, then two copies of each game's task text).
 
         The prefixes are the longest common prefixes of neighbours in sorted order (every prefix that
-        two rows share is one of them, or a part of one), computed shortest first so a longer one
-        reuses a shorter one's KV."""
+        two rows share is one of them, or a part of one). Those that extend no other are computed
+        together, in one batch (the task texts of several games), and a longer one after the shorter
+        one it extends, so it reuses that KV."""
         if self.prefix_cache <= 0 or len(prompts) < 2:
             return
         shared: set[tuple[int, ...]] = set()
@@ -35,11 +36,14 @@ class PrefixCache:
             n = _common_prefix(a, b, min(len(a), len(b)) - 1)  # a row always keeps one token to feed
             if n >= 32:
                 shared.add(tuple(a[:n]))
-        for prefix in sorted(shared, key=len):
-            ids = list(prefix)
-            kv, u = self._prefix_match(ids + [self.pad_id])  # the pad: a match may cover all of ids
-            if u < len(ids) - 16:  # (fewer new tokens are not worth a forward)
-                self._prefill_rows([ids], [(kv, u)])  # (its results stay in the prefix cache)
+        todo = sorted(shared, key=len)
+        while todo:
+            level = [p for p in todo if not any(len(q) < len(p) and p[:len(q)] == q for q in todo)]
+            todo = [p for p in todo if p not in level]
+            rows = [(list(p), self._prefix_match(list(p) + [self.pad_id])) for p in level]  # the pad: a
+            rows = [(ids, m) for ids, m in rows if m[1] < len(ids) - 16]  # match may cover all of ids;
+            if rows:  # fewer new tokens are not worth a forward. The results stay in the prefix cache.
+                self._prefill_rows([ids for ids, _ in rows], [m for _, m in rows])
 
     def _prefill(self, prompts: list[list[int]], extra: int = 0):
         """Prefill a batch; returns (last logits, cache, attention mask, order).

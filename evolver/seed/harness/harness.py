@@ -21,7 +21,16 @@ It is copied into every new program and may be evolved. The interface is documen
   few older observations that told something new (a recipe read, a problem stated) stay as notes,
   since a step that fell out of the window can hold what a later step needs: cookingworld's recipe,
   read at step 3, names the appliance to cook with at step 8 (after SFT with them, cookingworld
-  0.66 -> 0.81 on test and 0.64 -> 0.73 on dev, 8 episodes each). The latest observation is shown once.
+  0.66 -> 0.81 on test and 0.64 -> 0.73 on dev, 8 episodes each). The latest observation is shown
+  once, apart, as ``Observation:``.
+- The window folds ``FOLD`` steps at a time into the earlier actions and notes instead of sliding by
+  one, so between folds a step's prompt extends the previous one up to its latest action (the
+  backend's prompt cache computes only the rest: that step's observation, the new one and the valid
+  actions). A first observation the task text already holds is not repeated. Against the sliding
+  window, each after its own cold-start SFT: 0.509 -> 0.562 on 48 test episodes, 0.492 -> 0.522 on
+  48 dev, with 17% fewer context tokens on test. Writing every step into one log, the latest
+  observation last and unlabelled, would cache a little more, but after SFT it scored 0.427 / 0.459:
+  the model took peckingorder's next item without reading the instructions again (0.38 on test).
 """
 from __future__ import annotations
 
@@ -33,7 +42,8 @@ from evolver.types import ChoiceRequest, GenRequest, Message
 CHOOSE_ACTIONS = True  # play one of the listed valid actions (False: the action the model writes)
 WRITE_CHOICE = True  # choose by writing an action and matching the nearest (False: by likelihood)
 INJECT_SKILLS = 2  # bodies injected per episode (0: names and descriptions only)
-HISTORY_STEPS = 4  # past (action, observation) pairs shown in full
+HISTORY_STEPS = 4  # past (action, observation) pairs shown in full, at least
+FOLD = 4  # steps leaving the window together, >= 1 (the window holds HISTORY_STEPS .. HISTORY_STEPS + FOLD - 1)
 NOTES = 3  # older observations kept as notes once they leave the window
 NOTE_CHARS = 300  # one note's share of the context
 LOOP_GUARD = True  # hold back actions already taken in the same state
@@ -60,9 +70,13 @@ class Harness:
         return "\n\n".join(p for p in parts if p)
 
     def user_prompt(self, state, obs, actions=None) -> str:
-        lines = [f"Task: {state['task'].prompt.strip()[:MAX_OBS_CHARS]}"]
+        task = state["task"].prompt.strip()[:MAX_OBS_CHARS]
+        lines = [f"Task: {task}"]
         history = state["history"]
-        older, recent = history[:-HISTORY_STEPS], history[-HISTORY_STEPS:]
+        # The window starts at a multiple of FOLD: it moves only every FOLD steps, so until then each
+        # prompt is the previous one plus a step (what the backend's prompt cache can reuse).
+        start = max(0, (len(history) - HISTORY_STEPS) // FOLD * FOLD)
+        older, recent = history[:start], history[start:]
         notes = self.notes(state["task"].prompt, older)
         if notes:
             lines.append("Notes from earlier steps:\n" + "\n".join(f"- {a}: {o}" for a, o in notes))
@@ -73,7 +87,9 @@ class Harness:
             shown = [f"> {a}\n{o[:300]}" for a, o in recent[:-1]] + [f"> {recent[-1][0]}"]
             lines.append("Recent steps:\n" + "\n".join(shown))
         lines += state["tool_notes"][-2:]
-        lines.append(f"Observation: {obs.text.strip()[:MAX_OBS_CHARS]}")
+        text = obs.text.strip()[:MAX_OBS_CHARS]
+        if history or text not in task:  # (a first observation the task text holds is not repeated)
+            lines.append(f"Observation: {text}")
         actions = obs.actions if actions is None else actions
         if actions:
             lines.append("Valid actions: " + ", ".join(actions))
