@@ -40,9 +40,11 @@ class PrefixCache:
         while todo:
             level = [p for p in todo if not any(len(q) < len(p) and p[:len(q)] == q for q in todo)]
             todo = [p for p in todo if p not in level]
-            rows = [(list(p), self._prefix_match(list(p) + [self.pad_id])) for p in level]  # the pad: a
-            rows = [(ids, m) for ids, m in rows if m[1] < len(ids) - 16]  # match may cover all of ids;
-            if rows:  # fewer new tokens are not worth a forward. The results stay in the prefix cache.
+            # Matched with a pad after the ids (a match may cover all of them); a prefix with fewer
+            # than 16 new tokens is not worth computing. The results stay in the prefix cache.
+            rows = [(list(p), self._prefix_match(list(p) + [self.pad_id])) for p in level]
+            rows = [(ids, m) for ids, m in rows if m[1] < len(ids) - 16]
+            if rows:
                 self._prefill_rows([ids for ids, _ in rows], [m for _, m in rows])
 
     def _prefill(self, prompts: list[list[int]], extra: int = 0):
