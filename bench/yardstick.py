@@ -34,7 +34,9 @@ def evolver(store: Path, *args: str) -> tuple[float, str]:
     cmd = [str(Path(sys.executable).with_name("evolver")), "--store", str(store), *args]
     print("$ " + " ".join(cmd[1:]), flush=True)
     t0 = time.perf_counter()
-    done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    # Run inside the workspace: `evolver init` writes evolver.toml in the current folder, and one left
+    # there (or a user's own, which init would keep and read) must not become the yardstick's config.
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=store, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     if done.returncode:
         raise SystemExit(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
     return time.perf_counter() - t0, done.stdout + done.stderr
@@ -61,7 +63,7 @@ def main() -> None:
     ap.add_argument("--sft", action="append", default=[], metavar="KEY=VALUE",
                     help="a plugins.sft option (repeatable), e.g. seed_bank=false, epochs=2")
     args = ap.parse_args()
-    store = Path(args.store or tempfile.mkdtemp(prefix="yardstick-"))
+    store = Path(args.store or tempfile.mkdtemp(prefix="yardstick-")).resolve()
     store.mkdir(parents=True, exist_ok=True)
     n = str(args.per_category)
     rows, total = [], 0.0
