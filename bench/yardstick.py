@@ -12,10 +12,18 @@ one hour of CPU). Every stage runs through the CLI a user types, in one workspac
 
 The table gives each stage's wall time, the cumulative time, and the score, games won and per-game
 scores of each evaluation. ``--sft seed_bank=false`` trains without a skill bank in the prompts.
+
+``--config FILE`` measures a whole pipeline instead: ``evolver --config FILE run`` (the loop with
+its proposers, its own final test evaluation and best-of-N baseline), timed, then the ablation on the
+same test tasks: every program on the best program's lineage (seed, then each component that
+changed it: imitation, expert iteration, GRPO, skills, harness edits), and the best without its
+skills (``evolver eval --skills none,evolved``). Example: ``--config examples/twx-full.toml
+--per-category 8``; a run's episodes are cached, so programs it already played on test cost nothing.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import subprocess
@@ -55,6 +63,62 @@ def latest_eval(store: Path) -> dict:
             "per_category": {r[0]: round(r[1], 3) for r in rows}}
 
 
+def lineage(store: Path, run_id: str, program: str) -> list[dict]:
+    """The programs from the seed to ``program`` (seed first), with operator and hypothesis."""
+    with duckdb.connect(str(store / "evolver.duckdb"), read_only=True) as db:
+        rows = db.execute("SELECT program_id, parent_id, operator FROM programs WHERE run_id = ?", [run_id]).fetchall()
+        props = dict(db.execute("SELECT candidate_id, hypothesis FROM proposals WHERE run_id = ?", [run_id]).fetchall())
+    parent = {pid: (par, op) for pid, par, op in rows}
+    chain, pid = [], program
+    while pid and pid in parent and pid not in [c["program"] for c in chain]:
+        chain.append({"program": pid, "operator": parent[pid][1] or "seed", "hypothesis": props.get(pid, "")})
+        pid = parent[pid][0]
+    return chain[::-1]
+
+
+def pipeline(args, store: Path) -> None:
+    """``evolver --config FILE run``, timed, then the ablation along the best program's lineage."""
+    config = Path(args.config).resolve()
+    n = str(args.per_category)
+    sets = [x for kv in args.set for x in ("--set", kv)]
+    common = ["--config", str(config), *sets, "--set", f"loop.test_per_category={args.per_category}"]
+    wall, out = evolver(store, *common, "run")
+    with duckdb.connect(str(store / "evolver.duckdb"), read_only=True) as db:
+        run_id, summary = db.execute("SELECT run_id, summary FROM runs WHERE run_id NOT LIKE 'eval-%' AND status = "
+                                     "'finished' AND summary LIKE '%best_vs_seed%' ORDER BY created_at DESC "
+                                     "LIMIT 1").fetchone()
+    summary = json.loads(summary)
+    best, total = summary["best"], wall
+    rows = [("evolver run (the whole pipeline)", wall, total, None)]
+    for step in lineage(store, run_id, best):
+        t, _ = evolver(store, *common, "eval", "--split", args.split, "--per-category", n, "--program", step["program"])
+        total += t
+        rows.append((f"{step['operator']}: {step['program']}", t, total, latest_eval(store)))
+    t, _ = evolver(store, *common, "eval", "--split", args.split, "--per-category", n, "--program", best,
+                   "--skills", "none")
+    total += t
+    rows.append((f"best without its skills: {best}", t, total, latest_eval(store)))
+    print(f"\n{config.name}: twx {args.split}, {args.per_category} tasks per game, embedded SmolLM2-135M, "
+          f"{os.cpu_count()} CPU cores; run {run_id}; workspace {store}")
+    table(rows)
+    paired = summary.get("paired", {})
+    for name, p in paired.items():
+        print(f"{name}: {p['diff']:+.3f} [{p['low']:+.3f}, {p['high']:+.3f}] on {p['n']} tasks")
+    if "best_of_n" in summary:
+        b = summary["best_of_n"]
+        print(f"best-of-{b['n']} baseline (seed sampled at T={b['temperature']}): test {b['test']['score']:.3f}")
+    print(f"target: {TARGET_SCORE} with {TARGET_WON:.0%} of games won within 60 min (the run's wall: {wall / 60:.1f} min)")
+
+
+def table(rows) -> None:
+    print("| stage | wall min | cumulative min | score | games won | per game |")
+    print("|---|---|---|---|---|---|")
+    for stage, wall, cum, ev in rows:
+        cells = (f"{ev['score']:.3f} | {ev['won']:.0%} of {ev['episodes']} | "
+                 + ", ".join(f"{k} {v:.2f}" for k, v in ev["per_category"].items())) if ev else " | | "
+        print(f"| {stage} | {wall / 60:.1f} | {cum / 60:.1f} | {cells} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--per-category", type=int, default=4, help="test tasks per game per evaluation")
@@ -62,9 +126,14 @@ def main() -> None:
     ap.add_argument("--store", default=None, help="workspace (default: a new temporary folder)")
     ap.add_argument("--sft", action="append", default=[], metavar="KEY=VALUE",
                     help="a plugins.sft option (repeatable), e.g. seed_bank=false, epochs=2")
+    ap.add_argument("--config", default=None, help="measure `evolver --config FILE run` and its ablation instead")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="with --config: a config override for every command (repeatable)")
     args = ap.parse_args()
     store = Path(args.store or tempfile.mkdtemp(prefix="yardstick-")).resolve()
     store.mkdir(parents=True, exist_ok=True)
+    if args.config:
+        return pipeline(args, store)
     n = str(args.per_category)
     rows, total = [], 0.0
     evolver(store, "init")
@@ -85,12 +154,7 @@ def main() -> None:
 
     print(f"\ntwx-easy {args.split}, {args.per_category} tasks per game, embedded SmolLM2-135M, "
           f"{os.cpu_count()} CPU cores; SFT options: {' '.join(args.sft) or 'defaults'}; workspace {store}")
-    print("| stage | wall min | cumulative min | score | games won | per game |")
-    print("|---|---|---|---|---|---|")
-    for stage, wall, cum, ev in rows:
-        cells = (f"{ev['score']:.3f} | {ev['won']:.0%} of {ev['episodes']} | "
-                 + ", ".join(f"{k} {v:.2f}" for k, v in ev["per_category"].items())) if ev else " | | "
-        print(f"| {stage} | {wall / 60:.1f} | {cum / 60:.1f} | {cells} |")
+    table(rows)
     print(f"plain one-epoch SFT (ENVIRONMENT.md, dev): {PLAIN_SFT}; target: {TARGET_SCORE} with "
           f"{TARGET_WON:.0%} of games won within 60 min")
 

@@ -11,17 +11,33 @@ import ast
 import re
 from pathlib import Path
 
-from evolver.skills import SkillCaps, check_skills
+from evolver.skill_quality import content_problems
+from evolver.skills import SKILL_FILE, SkillCaps, check_skills, load_skills
 
 TEXT_SUFFIXES = {".md", ".py", ".txt", ".toml", ".json", ".yaml", ".yml", ".sh", ".js", ".ts"}
 
 
-def check_skill_files(root: Path, caps: SkillCaps | None = None) -> str:
+def check_skill_files(root: Path, caps: SkillCaps | None = None, task_texts: list[str] | None = None,
+                      parent_root: Path | None = None) -> str:
+    """Skill schema and caps for every skill, then the degenerate-content rules of
+    :mod:`evolver.skill_quality` (``task_texts``: the prompts of the tasks the proposer was shown) for
+    the skills the candidate added or changed: a SKILL.md identical to the parent's is not held
+    against the candidate."""
     skills_dir = root / "skills"
     if not skills_dir.exists():
         return ""
-    errors = check_skills(skills_dir, caps or SkillCaps())
-    return "malformed skill: " + "; ".join(str(e) for e in errors[:3]) if errors else ""
+    caps = caps or SkillCaps()
+    errors = check_skills(skills_dir, caps)
+    if errors:
+        return "malformed skill: " + "; ".join(str(e) for e in errors[:3])
+    problems = []
+    for skill in load_skills(skills_dir, caps, strict=False):
+        before = parent_root / "skills" / skill.name / SKILL_FILE if parent_root else None
+        if before is not None and before.is_file() and \
+                before.read_bytes() == (skill.path / SKILL_FILE).read_bytes():
+            continue
+        problems += content_problems(skill.name, skill.description, skill.body, task_texts or ())[:1]
+    return "degenerate " + "; ".join(problems[:3]) if problems else ""
 
 
 def check_harness_import(root: Path, timeout_s: float = 30) -> str:

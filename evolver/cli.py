@@ -280,9 +280,15 @@ def run(obj: Ctx, resume, proposer_names, iterations, overrides):
                 summary = run_loop(r)
             finally:
                 r.close()
+    from evolver.report import paired_lines
+
     t = summary["test"]
+    bon = summary.get("best_of_n")
     click.echo(f"baseline ({summary['baseline']}) test score {t[summary['baseline']]['score']:.3f}; "
-               f"best ({summary['best']}) {t[summary['best']]['score']:.3f}")
+               f"best ({summary['best']}) {t[summary['best']]['score']:.3f}"
+               + (f"; best of {bon['n']} {bon['test']['score']:.3f}" if bon else ""))
+    for line in paired_lines(summary):
+        click.echo(line)
     click.echo(f"report: {summary['report']}")
 
 
@@ -373,7 +379,8 @@ def frontier(obj: Ctx):
         raise EvolverError(f"run {row['run_id']} has no frontier recorded yet")
     objs = data["objectives"]
     rows = [[m["program_id"], *[f"{m['metrics'][o.split(':')[0]]:.3f}" for o in objs]] for m in data["members"]]
-    click.echo(f"run {row['run_id']} (capacity {data['capacity']})")
+    gate = f", admission gate {data['gate']} {data.get('level', 0.95):.0%}" if data.get("gate", "none") != "none" else ""
+    click.echo(f"run {row['run_id']} (capacity {data['capacity']}{gate})")
     click.echo(_table(["program", *objs], rows))
 
 
@@ -405,22 +412,24 @@ DEFAULT_TOML = """\
 benchmark = "twx"
 benchmark_options = { suite = "twx-easy" }
 store = "store"
-proposers = ["evoskill"]
+proposers = ["imitation", "expert-iteration", "evoskill"]   # learn from experience, evolve skills for it
 
 [loop]
 iterations = 3
 train_per_category = 1
-dev_per_category = 2
-test_per_category = 2
+dev_per_category = 4       # 24 dev tasks on twx-easy: enough for a real +0.2 gain to pass the gate
+test_per_category = 6
 failure_threshold = 0.8
 staged = true              # probe one dev task per category before the whole dev split
-candidates_per_iteration = 2
+candidates_per_iteration = 3
 frontier_capacity = 3
 objectives = ["score:max", "context_tokens:min", "cost:min"]
-# score_margin = 0.05      # noise a candidate must beat; default: one dev task's worth
+gate = "bootstrap"         # paired test on the dev tasks before admission: bootstrap | sign | none
+gate_level = 0.95
+best_of_n = true           # report the seed sampled N times (N = candidates evaluated) as a baseline
 selector = "round-robin"
 patience = 3
-max_wall_s = 600
+max_wall_s = 540           # the search; the final test evaluation and best-of-N come after it
 
 # One backend per role; roles naming the same backend and model share one copy of the weights.
 [roles.executor]

@@ -8,9 +8,9 @@ from __future__ import annotations
 import difflib
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from evolver.errors import ConfigError
 
@@ -29,7 +29,8 @@ class RoleConfig(Strict):
     options: dict[str, Any] = Field(default_factory=dict)
     """Extra keyword arguments for the backend (base_url, dtype, max_batch, ...)."""
     temperature: float = 0.0
-    """Sampling temperature for this role's calls (0 = greedy, reproducible)."""
+    """Sampling temperature for this role's calls (0 = greedy, reproducible). The executor's episodes in the
+    loop are sampled at it when above 0 (each request seeded from its episode, so a rerun repeats them)."""
     max_tokens: int = 256
     """Output budget per call for this role (the executor's harness sets its own for actions)."""
 
@@ -39,10 +40,13 @@ class LoopConfig(Strict):
     """Maximum iterations of the loop (parent -> rollouts -> failures -> proposals -> eval -> frontier)."""
     train_per_category: int = 1
     """Training batch per iteration: this many tasks from each category (a stratified batch)."""
-    dev_per_category: int = 2
-    """Validation split size per category; selection sees only this split."""
-    test_per_category: int = 2
-    """Held-out test split per category, used only for the final report."""
+    dev_per_category: int = 4
+    """Validation split size per category; selection sees only this split. 4 x 6 twx-easy categories =
+    24 tasks: enough for a real +0.2 gain to pass the 95% paired gate ~90% of the time (with a per-task
+    spread of 0.3; ``tests/test_gate.py`` simulates it), where 12 tasks pass it ~60% of the time."""
+    test_per_category: int = 6
+    """Held-out test split per category, used only for the final report (36 tasks on twx-easy, so the
+    paired best-vs-seed interval is narrower than the dev one that selected the best)."""
     failure_threshold: float = 0.8
     """tau: episodes scoring below it are failures (EvoSkill uses 0.8 on a 0..1 score)."""
     staged: bool = True
@@ -54,22 +58,40 @@ class LoopConfig(Strict):
     (faster), each call under the same time limit; turn this off only for a harness that needs more access."""
     smoke_memory_mb: int = 2048
     """Memory limit of the sandboxed smoke harness process."""
-    candidates_per_iteration: int = 2
-    """How many candidates the proposers build per iteration (evaluated side by side)."""
+    candidates_per_iteration: int = 3
+    """How many candidates the proposers build per iteration (evaluated side by side), shared out
+    among the proposers in order (the default three get one each)."""
     frontier_capacity: int = 3
     """k: frontier members kept; the tie-break is documented in evolver/frontier.py."""
     objectives: list[str] = Field(default_factory=lambda: ["score:max", "context_tokens:min", "cost:min"])
     """Pareto objectives as metric:max|min over score, success, context_tokens, cost."""
-    score_margin: float | None = None
-    """Noise margin on the dev score: a candidate must beat a frontier member by more than this on some
-    objective to enter. None: one task's worth (1 / number of dev tasks); 0 turns it off."""
+    gate: Literal["bootstrap", "sign", "none"] = "bootstrap"
+    """How admission tells a gain from noise on score and success: a paired test of the candidate against
+    each frontier member on their common dev tasks (evolver/gate.py; the rule is in evolver/frontier.py).
+    bootstrap: percentile interval of the mean per-task difference; sign: exact sign test (more
+    conservative); none: plain Pareto on the mean values."""
+    gate_level: float = Field(0.95, gt=0.5, lt=1.0)
+    """Confidence level of the paired test (and of the intervals the report prints)."""
+    dev_episodes_per_task: int | None = Field(None, ge=1)
+    """Episodes per task in dev and test evaluations, each with its own seed (episode_seed + k); the
+    paired test averages them per task. None: 1 when the executor plays greedy (roles.executor.temperature
+    = 0: more would be copies), 3 when it samples."""
+    best_of_n: bool = True
+    """Report a no-evolution baseline: the seed program sampled with N seeds on dev (N = the candidates the
+    run evaluated on dev), the best seed on dev then played on test, beside the seed and the evolved best."""
+    baseline_temperature: float = Field(0.7, gt=0.0)
+    """Sampling temperature of the best-of-N baseline (its written actions are sampled, then matched to the
+    nearest valid one). 0.7, the usual setting for sampling a small chat model and the one the
+    expert-iteration proposer samples the 135M model at: low enough that each try stays a sensible
+    attempt, high enough that N tries differ. Not tuned here: the report shows each seed's dev score."""
     selector: str = "round-robin"
     """Parent selection: round-robin, best, random, ucb (or a plugin's)."""
     patience: int = 3
     """Stop early after this many iterations without an admission."""
-    max_wall_s: float = 600
+    max_wall_s: float = 540
     """Wall-time budget for the search: no iteration starts that would end past it (judged by the
-    mean duration of the iterations so far). The final test evaluation comes after it."""
+    mean duration of the iterations so far). The final test evaluation and the best-of-N baseline come
+    after it (about 5 minutes of a default run on 2 cores, which is meant to end within 15)."""
     max_proposer_tokens: int = 2_000_000
     """Budget on tokens spent by proposer/builder roles."""
     max_episodes: int | None = None
@@ -77,6 +99,16 @@ class LoopConfig(Strict):
     smoke, probe and dev episodes; cached ones are not played, so they do not count). None: no limit."""
     episode_seed: int = 0
     """Seed of every episode's sampling (part of the evaluation cache key)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _removed_keys(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "score_margin" in data:
+            if data["score_margin"] is not None:  # None was its default: a stored config of an older run
+                raise ValueError("loop.score_margin was removed: admission now needs a paired test on the dev "
+                                 "tasks (loop.gate = bootstrap | sign | none, loop.gate_level = 0.95)")
+            data = {k: v for k, v in data.items() if k != "score_margin"}
+        return data
 
 
 class Config(Strict):
@@ -88,8 +120,14 @@ class Config(Strict):
     """Workspace folder: evolver.duckdb, programs/ (git), worktrees/, reports/."""
     harness: str = "default"
     """Harness a new program is seeded with (``evolver init``); afterwards the program's own code rules."""
-    proposers: list[str] = Field(default_factory=lambda: ["evoskill"])
-    """Active proposer plugins; several may run side by side."""
+    seed_skills: list[str] | None = None
+    """Skills the seed program starts with: names of the skills that ship in the repository's
+    ``skills/`` (e.g. ``arithmetic-word-problems``) or paths to skill folders. None: the ones the
+    benchmark suggests (its ``seed_skills``; twx: exact arithmetic and ordering by quantity); []: none."""
+    proposers: list[str] = Field(default_factory=lambda: ["imitation", "expert-iteration", "evoskill"])
+    """Active proposer plugins; several may run side by side. The default learns from experience
+    (imitation of the benchmark's demonstrations, expert iteration on the policy's own successes:
+    checkpoints, ``plugins/experience``) and evolves skills for the trained policy (EvoSkill)."""
     roles: dict[str, RoleConfig] = Field(default_factory=lambda: {r: RoleConfig() for r in ROLES})
     """Backend and model per role: executor, proposer, builder, judge."""
     loop: LoopConfig = Field(default_factory=LoopConfig)

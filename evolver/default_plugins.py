@@ -1,5 +1,5 @@
-"""Built-in benchmarks, backends, selectors and the default harness, registered through the same
-hooks a third-party plugin uses. Factories import lazily so ``evolver --help`` stays fast."""
+"""Built-in benchmarks, backends, selectors, the default harness and the live display's scoreboard, registered
+through the same hooks a third-party plugin uses. Factories import lazily so ``evolver --help`` stays fast."""
 from __future__ import annotations
 
 from evolver.hookspecs import hookimpl
@@ -50,3 +50,11 @@ def register_harnesses(register):
 
     register("default", SEED_DIR / "harness" / "harness.py",
              "writes an action, plays the nearest valid one; skills indexed and the top ones injected")
+
+
+@hookimpl
+def on_candidate(run, candidate, outcome):
+    """The live display's scoreboard (evolver.ui.LiveStatus) shows each candidate's dev score as it lands."""
+    ui = getattr(run, "ui", None)
+    if ui is not None and hasattr(ui, "on_candidate"):
+        ui.on_candidate(run, candidate, outcome)

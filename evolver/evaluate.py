@@ -24,7 +24,8 @@ from typing import Any, Callable, Iterator
 
 from evolver.errors import BackendError, BenchmarkError
 from evolver.harness import Action, ProgramContext, make_harness, task_for_harness
-from evolver.types import ChoiceRequest, Episode, Evaluation, GenRequest, GenResult, Observation, Step, Task
+from evolver.types import (ChoiceRequest, Episode, Evaluation, GenRequest, GenResult, Observation, Step, Task,
+                           stable_hash)
 
 
 class _Live:
@@ -163,11 +164,12 @@ def _play(lives: Iterator[_Live], benchmark, backend, max_live: int,
                 return
             gens = [lv for lv in live if isinstance(lv.request, GenRequest)]
             choices = [lv for lv in live if isinstance(lv.request, ChoiceRequest)]
+            seeded = getattr(backend, "seeded_by_episode", False)
             for group, call in ((gens, backend.generate), (choices, backend.choose)):
                 if not group:
                     continue
                 t0 = time.perf_counter()
-                answers = call([lv.request for lv in group])
+                answers = call([_with_seed(lv) if seeded else lv.request for lv in group])
                 share = (time.perf_counter() - t0) / len(group)
                 if len(answers) != len(group):
                     raise BackendError(f"backend {backend.name} answered {len(answers)} of {len(group)} requests")
@@ -179,6 +181,16 @@ def _play(lives: Iterator[_Live], benchmark, backend, max_live: int,
     finally:
         for lv in live:
             _close(lv)
+
+
+def _with_seed(lv: _Live):
+    """The request with a seed of its episode's own (episode seed, task, step) unless the harness set
+    one: a sampling backend (``seeded_by_episode``) then draws the same reply on a rerun, whatever
+    else shares the batch and whichever episodes the cache spared."""
+    if lv.request.seed is not None:
+        return lv.request
+    ep = lv.episode
+    return dataclasses.replace(lv.request, seed=int(stable_hash(ep.seed, ep.task.id, len(ep.steps)), 16) % 2 ** 31)
 
 
 def _start(lv: _Live, benchmark) -> None:

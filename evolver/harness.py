@@ -26,7 +26,8 @@ Tools the harness may offer (run by the evaluator, traced as tool calls):
 
 What the harness can read is passed at construction: ``Harness(program: ProgramContext)``: the program's
 ``prompt`` (prompt.md), its ``skills``, ``select_skills(task, k)`` (the ``select_skills`` hook) and
-``count_tokens(text)`` (the executor's tokenizer, for a harness that budgets its context).
+``count_tokens(text)`` (the executor's tokenizer, for a harness that budgets its context) and
+``run_skill(name, script, args, stdin)`` (a skill's script run in the sandbox, its output returned).
 
 Memory: ``state`` lives for one episode; attributes of ``self`` live for the episodes of one evaluation
 (one harness object per program per evaluation), nothing longer: a harness that wants to learn across
@@ -78,9 +79,35 @@ class ProgramContext:
     #: ``select_skills(task, k) -> list[Skill]``: the ``select_skills`` hook, with a lexical default.
     select_skills: Callable[[Task, int], list[Skill]]
     count_tokens: Callable[[str], int] = lambda text: max(1, len(text) // 4)
+    _script_cache: dict = field(default_factory=dict, repr=False)
 
     def skill(self, name: str) -> Skill | None:
         return next((s for s in self.skills if s.name == name), None)
+
+    def run_skill(self, name: str, script: str, args: list[str] = (), stdin: str = "") -> str:
+        """Run one of a skill's scripts in the sandbox (time and memory limits, no network) and return
+        what it printed, or ``""`` when it failed. The harness's own tool, for a harness that calls a
+        skill's script itself (on an observation) instead of waiting for a small model to ask for it.
+        Answers are remembered per script and input for the harness's lifetime."""
+        key = (name, script, tuple(args), stdin)
+        if key not in self._script_cache:
+            self._script_cache[key] = _run_skill_script(self.skill(name), script, list(args), stdin)
+        return self._script_cache[key]
+
+
+SKILL_SCRIPT_S = 5.0  # one script run by a harness: well inside the harness call's own limit
+
+
+def _run_skill_script(skill: Skill | None, script: str, args: list[str], stdin: str) -> str:
+    if skill is None:
+        return ""
+    path = (Path(skill.path) / script).resolve()
+    if Path(skill.path).resolve() not in path.parents or not path.is_file():
+        return ""  # only the skill's own files
+    from evolver.sandbox import run_script
+
+    res = run_script(path, args, timeout_s=SKILL_SCRIPT_S, stdin=stdin)
+    return res.stdout.strip() if res.returncode == 0 and not res.timed_out else ""
 
 
 def task_for_harness(task: Task) -> Task:

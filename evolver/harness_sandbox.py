@@ -9,7 +9,7 @@ child never holds the backend, the benchmark or a task's gold answer; the harnes
 in the child and the evaluator only sees a handle for it.
 
 What the harness asks of its :class:`~evolver.harness.ProgramContext` (``select_skills``,
-``count_tokens``) is answered by the evaluator while the call is in progress, so skill selection goes
+``count_tokens``, ``run_skill``) is answered by the evaluator while the call is in progress, so skill selection goes
 through the same ``select_skills`` hook as in-process episodes.
 
 Failures, each one episode's error, never the run's:
@@ -152,6 +152,9 @@ class SandboxedHarness:
             return [s.name for s in self.ctx.select_skills(task, int(message["k"]))]
         if message["call"] == "count_tokens":
             return int(self.ctx.count_tokens(str(message["text"])))
+        if message["call"] == "run_skill":
+            return str(self.ctx.run_skill(str(message["name"]), str(message["script"]),
+                                          [str(a) for a in message.get("args", [])], str(message.get("stdin", ""))))
         return None
 
     def _send(self, message: dict) -> None:
@@ -215,6 +218,9 @@ def serve(program_json: str) -> None:
         ctx.select_skills = lambda task, k: [by_name[n] for n in ask("select_skills", task=_plain(task), k=k)
                                              if n in by_name]
         ctx.count_tokens = lambda text: ask("count_tokens", text=text)
+        # Scripts run beside the evaluator, in a sandbox of their own, not inside this one.
+        ctx.run_skill = lambda name, script, args=(), stdin="": ask("run_skill", name=name, script=script,
+                                                                     args=list(args), stdin=stdin)
         harness = make_harness(ctx)
     except BaseException as exc:
         fail(exc)

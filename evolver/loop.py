@@ -4,9 +4,11 @@ parent (from the frontier) -> rollouts on a training batch -> failures -> propos
 worktree) -> cheap checks (skills, sandboxed harness import, leakage audits, one smoke episode with the
 harness in a sandboxed subprocess) -> staged evaluation on dev (a probe of one task per category, then the
 whole split for candidates not clearly worse), all candidates in one batched lockstep, cache first
--> frontier admits or rejects, tags move -> events to plugins.
+-> frontier admits or rejects (a paired test against the members on the same dev tasks:
+evolver/frontier.py), tags move -> events to plugins.
 
-At the end the baseline (seed) and every frontier member are evaluated on the held-out test split,
+At the end (evolver/final.py) the seed, every frontier member and a best-of-N baseline (the seed
+sampled as many times as the run evaluated candidates) are evaluated on the held-out test split,
 which selection never saw. Every state change is in the store before the next one starts, so a run
 killed at any point resumes (``evolver run --resume``) from its last finished iteration, and the
 evaluation cache keeps any episode from being played or counted twice.
@@ -20,6 +22,7 @@ import traceback
 from pathlib import Path
 
 from evolver import plugins
+from evolver.backends.sampling import SampledBackend
 from evolver.checks import audit_harness_code, audit_leakage, check_harness_import, check_skill_files
 from evolver.evaluate import evaluate_many, run_episodes, sample_stratified, summarize
 from evolver.frontier import Frontier
@@ -31,20 +34,27 @@ from evolver.types import Candidate, Program, Proposal
 SEED_ID = "seed"
 
 
-def seed_files(harness: str = "default") -> Path:
-    """A temp folder with the seed program: prompt.md, skills/, harness/harness.py."""
+def seed_files(harness: str = "default", skills: list[str] = ()) -> Path:
+    """A temp folder with the seed program: prompt.md, skills/ (``skills``: folders copied in, see
+    :func:`evolver.skills.shipped_skill`), harness/harness.py."""
+    from evolver.skills import shipped_skill
+
     entry = plugins.get("harness", harness)
     tmp = Path(tempfile.mkdtemp(prefix="evolver-seed-"))
     shutil.copy(SEED_DIR / "prompt.md", tmp / "prompt.md")
     (tmp / "skills").mkdir()
     (tmp / "skills" / ".keep").write_text("")
+    for name in skills:
+        folder = shipped_skill(name)
+        shutil.copytree(folder, tmp / "skills" / folder.name)
     (tmp / "harness").mkdir()
     shutil.copy(entry.factory, tmp / "harness" / "harness.py")
     return tmp
 
 
 def ensure_seed(run: Run) -> Program:
-    files = seed_files(run.config.harness)
+    skills = run.config.seed_skills
+    files = seed_files(run.config.harness, getattr(run.benchmark, "seed_skills", []) if skills is None else skills)
     try:
         program = run.repo.init(files, {"id": SEED_ID, "operator": "seed", "parent": "",
                                         "model": run.config.role("executor").model or "embedded"})
@@ -62,8 +72,16 @@ def splits(run: Run) -> dict[str, list]:
             "test": bench.tasks("test", per_category=lc.test_per_category)}
 
 
-def play(run: Run, jobs: list, **kw) -> list[list]:
-    """:func:`evaluate_many` with each program's own executor (:meth:`Run.executor_for`): programs
+def executor(run: Run, program: Program, temperature: float | None = None):
+    """The executor as ``program`` plays in the loop (:meth:`Run.executor_for`), sampled at ``temperature``
+    (None: the executor role's; 0 plays greedy, as the harness asks)."""
+    t = run.config.role("executor").temperature if temperature is None else temperature
+    backend = run.executor_for(program)
+    return SampledBackend(backend, t) if t > 0 else backend
+
+
+def play(run: Run, jobs: list, temperature: float | None = None, **kw) -> list[list]:
+    """:func:`evaluate_many` with each program's own executor (:func:`executor`): programs
     that play with the same weights share one lockstep, a trained program plays with its checkpoint."""
     groups: dict[str | None, list[int]] = {}
     for j, job in enumerate(jobs):
@@ -74,25 +92,45 @@ def play(run: Run, jobs: list, **kw) -> list[list]:
     for members in groups.values():
         size = sum(len(jobs[j][1]) for j in members)
         shown = (lambda n, _t, base=done: progress(base + n, total)) if progress else None
-        lists = evaluate_many([jobs[j] for j in members], run.benchmark, run.executor_for(jobs[members[0]][0].program),
-                              run=run, progress=shown, **kw)
+        lists = evaluate_many([jobs[j] for j in members], run.benchmark,
+                              executor(run, jobs[members[0]][0].program, temperature), run=run, progress=shown, **kw)
         for j, eps in zip(members, lists):
             out[j] = eps
         done += size
     return out
 
 
+def episodes_per_task(run: Run) -> int:
+    """Episodes per task of a dev or test evaluation (``loop.dev_episodes_per_task``)."""
+    n = run.config.loop.dev_episodes_per_task
+    return n if n is not None else (3 if run.config.role("executor").temperature > 0 else 1)
+
+
+def per_task(episodes) -> dict[str, dict[str, list[float]]]:
+    """The values a paired test compares, per task: ``{"score": {task_id: [...]}, "success": {...}}``."""
+    out: dict[str, dict[str, list[float]]] = {"score": {}, "success": {}}
+    for e in episodes:
+        out["score"].setdefault(e.task.id, []).append(e.score)
+        out["success"].setdefault(e.task.id, []).append(float(e.won))
+    return out
+
+
 def evaluate_programs(run: Run, programs: list[Program], tasks, split: str, iteration: int,
-                      purpose: str = "eval") -> list:
-    jobs = [(run.context(p), tasks) for p in programs]
-    episode_lists = play(run, jobs, seed=run.config.loop.episode_seed, purpose=purpose, store=run.store,
-                         progress=_progress(run, split))
-    evals = []
-    for p, eps in zip(programs, episode_lists):
+                      purpose: str = "eval") -> tuple[list, list[dict]]:
+    """Every program on ``tasks``, :func:`episodes_per_task` episodes per task (seeds episode_seed + k),
+    all in one lockstep. Returns the evaluations (stored) and each program's :func:`per_task` values."""
+    seeds = [run.config.loop.episode_seed + k for k in range(episodes_per_task(run))]
+    ctxs = [run.context(p) for p in programs]
+    lists = play(run, [(ctx, tasks, s) for ctx in ctxs for s in seeds], seed=seeds[0], purpose=purpose,
+                 store=run.store, progress=_progress(run, split))
+    evals, values = [], []
+    for i, p in enumerate(programs):
+        eps = [e for lst in lists[i * len(seeds):(i + 1) * len(seeds)] for e in lst]
         ev = summarize(p.id, split, eps)
         run.store.add_evaluation(run.id, iteration, ev)
         evals.append(ev)
-    return evals
+        values.append(per_task(eps))
+    return evals, values
 
 
 def _progress(run: Run, label: str):
@@ -122,8 +160,8 @@ def run_loop(run: Run) -> dict:
         run.frontier = Frontier.from_dict(last["summary"]["frontier"])
         run.log(f"resuming run {run.id} at iteration {start}")
     else:
-        ev = evaluate_programs(run, [seed], data["dev"], "dev", -1)[0]
-        run.frontier.consider(SEED_ID, ev.metrics(), -1)
+        (ev,), (values,) = evaluate_programs(run, [seed], data["dev"], "dev", -1)
+        run.frontier.consider(SEED_ID, ev.metrics(), -1, per_task=values)
         run.store.add_frontier_event(run.id, -1, SEED_ID, "seed", ev.metrics(), "the seed program")
         _retag(run)
     idle = _iterations_without_admission(run)
@@ -137,6 +175,8 @@ def run_loop(run: Run) -> dict:
         admitted = iterate(run, it, proposers, data)
         durations.append(time.time() - began)
         idle = 0 if admitted else idle + 1
+    from evolver.final import finish  # it imports this module
+
     return finish(run, seed, data)
 
 
@@ -181,7 +221,7 @@ def iterate(run: Run, it: int, proposers: dict, data: dict) -> list[str]:
     run.status = f"iteration {it}: rollouts of {parent.id}"
 
     batch = sample_stratified(data["train"], cfg.train_per_category, seed=cfg.episode_seed * 1000 + it)
-    episodes = run_episodes(run.context(parent), run.benchmark, run.executor_for(parent), batch,
+    episodes = run_episodes(run.context(parent), run.benchmark, executor(run, parent), batch,
                             seed=cfg.episode_seed, purpose="train", store=run.store, run=run,
                             progress=_progress(run, f"iteration {it} rollouts"))
     failed_ids = {e.id for e in episodes if e.score < cfg.failure_threshold}
@@ -197,7 +237,7 @@ def iterate(run: Run, it: int, proposers: dict, data: dict) -> list[str]:
                        key=lambda e: -e.score)[:2]
 
     drafts = _propose(run, it, proposers, parent, failures, successes)
-    candidates = _check(run, it, parent, drafts, data)
+    candidates = _check(run, it, parent, drafts, data, task_texts=[e.task.prompt for e in failures])
     admitted = _evaluate_and_select(run, it, candidates, data)
     summary["admitted"] = admitted
     summary["candidates"] = [c.id for c in candidates] + [d.candidate_id for d in drafts if d.rejected]
@@ -265,7 +305,8 @@ def _reject(run: Run, it: int, draft: Draft, reason: str) -> None:
     run.log(f"{draft.candidate_id} rejected: {reason.splitlines()[0]}")
 
 
-def _check(run: Run, it: int, parent: Program, drafts: list[Draft], data: dict) -> list[Candidate]:
+def _check(run: Run, it: int, parent: Program, drafts: list[Draft], data: dict,
+           task_texts: list[str] | None = None) -> list[Candidate]:
     """Commit every draft, then the cheap checks; the smoke episodes of all survivors run together."""
     hook = plugins.hook()
     checked: list[Candidate] = []
@@ -289,7 +330,8 @@ def _check(run: Run, it: int, parent: Program, drafts: list[Draft], data: dict) 
         parent_program = run.repo.checkout(d.proposal.parent_id)
         parent_root = Path(parent_program.root)
         reason = ("no change from its parent" if program.hash == parent_program.hash else
-                  check_skill_files(Path(d.path)) or check_harness_import(Path(d.path)) or
+                  check_skill_files(Path(d.path), task_texts=task_texts, parent_root=parent_root) or
+                  check_harness_import(Path(d.path)) or
                   audit_leakage(Path(d.path), d.forbidden, d.forbidden_sequences, parent_root) or
                   audit_harness_code(Path(d.path), parent_root))
         if reason:
@@ -383,33 +425,37 @@ def _evaluate_and_select(run: Run, it: int, candidates: list[Candidate], data: d
             return []
     run.status = f"iteration {it}: evaluating {len(candidates)} candidates on dev"
     programs = [c.program for c in candidates]  # type: ignore[attr-defined]
-    evals = evaluate_programs(run, programs, data["dev"], "dev", it)
+    evals, values = evaluate_programs(run, programs, data["dev"], "dev", it)
     admitted = []
-    for cand, ev in zip(candidates, evals):
+    for cand, ev, per in zip(candidates, evals, values):
         metrics = ev.metrics()
         cand.scores = metrics
         hook.on_candidate(run=run, candidate=cand, outcome="evaluated")
         before = {m.program_id: m.metrics for m in run.frontier.members}
-        margin = run.config.loop.score_margin
-        margin = 1.0 / max(1, len(data["dev"])) if margin is None else margin
-        decision = run.frontier.consider(cand.id, metrics, it, margins={"score": margin, "success": margin})
+        decision = run.frontier.consider(cand.id, metrics, it, per_task=per)
         commit = run.repo.record_scores(cand.id, {f"dev_{k}": v for k, v in metrics.items()})
         run.store.update_program_commit(cand.id, commit, run.repo.manifest(cand.id))
+        # The evidence goes with the decision: the paired result against the member it was judged by.
+        evidence = metrics | ({"paired": decision.paired.to_dict() | {"versus": decision.versus}}
+                              if decision.paired else {})
+        line = f"dev {ev.score:.3f}" + (f" vs {decision.versus} {before[decision.versus]['score']:.3f}, paired "
+                                        f"{decision.paired}" if decision.paired else "")
         if decision.admitted:
             admitted.append(cand.id)
             cand.status = "admitted"
-            run.store.add_frontier_event(run.id, it, cand.id, "admit", metrics, decision.reason)
+            run.store.add_frontier_event(run.id, it, cand.id, "admit", evidence, decision.reason)
             for gone in decision.evicted:
                 run.store.add_frontier_event(run.id, it, gone, "evict", before.get(gone, {}), f"displaced by {cand.id}")
-            run.store.update_proposal(cand.id, "admitted", decision.reason, metrics)
-            run.log(f"{cand.id} admitted: dev score {ev.score:.3f}, {ev.context_tokens:.0f} context tokens")
+            run.store.update_proposal(cand.id, "admitted", decision.reason, evidence)
+            run.log(f"{cand.id} admitted: {line}" + (f"; displaces {', '.join(decision.evicted)}"
+                                                     if decision.evicted else ""))
             hook.on_candidate(run=run, candidate=cand, outcome="admitted")
             hook.on_frontier_changed(run=run, frontier=run.frontier)
         else:
             cand.status = "discarded"
-            run.store.add_frontier_event(run.id, it, cand.id, "reject", metrics, decision.reason)
-            run.store.update_proposal(cand.id, "discarded", decision.reason, metrics)
-            run.log(f"{cand.id} discarded: dev score {ev.score:.3f} ({decision.reason})")
+            run.store.add_frontier_event(run.id, it, cand.id, "reject", evidence, decision.reason)
+            run.store.update_proposal(cand.id, "discarded", decision.reason, evidence)
+            run.log(f"{cand.id} discarded: {line} ({decision.rule})")
             hook.on_candidate(run=run, candidate=cand, outcome="discarded")
         run.repo.remove_worktree(cand.id)
     _retag(run)
@@ -424,21 +470,3 @@ def _retag(run: Run) -> None:
     for pid in members:
         run.repo.tag(f"frontier/{pid}", f"program/{pid}")
     run.repo.tag("best", f"program/{run.frontier.best().program_id}")
-
-
-def finish(run: Run, seed: Program, data: dict) -> dict:
-    """Evaluate the baseline and the frontier on test (never seen by selection) and report."""
-    from evolver.report import write_report
-
-    run.status = "final evaluation on test"
-    ids = [SEED_ID] + [m for m in run.frontier.ids() if m != SEED_ID]
-    programs = [run.repo.checkout(pid) for pid in ids]
-    evals = evaluate_programs(run, programs, data["test"], "test", run.iteration + 1)
-    summary = {"test": {ev.program_id: ev.metrics() | {"per_category": ev.per_category} for ev in evals},
-               "baseline": SEED_ID, "best": run.frontier.best().program_id,
-               "frontier": run.frontier.to_dict(), "tokens": dict(run.tokens),
-               "wall_s": run.elapsed(), "iterations": run.iteration + 1}
-    summary["report"] = str(write_report(run, summary))
-    run.store.update_run(run.id, status="finished", summary=summary)
-    plugins.hook().on_run_end(run=run, summary=summary)
-    return summary

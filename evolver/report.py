@@ -1,5 +1,6 @@
-"""The run report: baseline vs best on test, the frontier table, each admitted program's diff,
-tokens used. Written as Markdown (for people) and JSON (for scripts) under ``store/reports/``."""
+"""The run report: the seed, the evolved best and the best-of-N baseline on test with their paired
+differences, the frontier table, every candidate with its paired dev evidence, each admitted program's
+diff, tokens used. Written as Markdown (for people) and JSON (for scripts) under ``store/reports/``."""
 from __future__ import annotations
 
 import json
@@ -11,10 +12,31 @@ def normalised_gain(p_skill: float, p_none: float) -> float | None:
     return None if p_none >= 1.0 else (p_skill - p_none) / (1.0 - p_none)
 
 
+PAIRED_LINES = (("best_vs_seed", "Best vs seed"), ("best_of_n_vs_seed", "Best-of-{n} vs seed"),
+                ("best_vs_best_of_n", "Best vs best-of-{n}"))
+
+
+def paired_lines(summary: dict) -> list[str]:
+    """One line per paired comparison on test: what the console prints at the end of a run, too."""
+    n = (summary.get("best_of_n") or {}).get("n", "N")
+    out = []
+    for key, label in PAIRED_LINES:
+        c = (summary.get("paired") or {}).get(key)
+        if c:
+            out.append(f"{label.format(n=n)} on test: {c['diff']:+.3f}, {c['level']:.0%} bootstrap interval "
+                       f"[{c['low']:.3f}, {c['high']:.3f}] on {c['n']} tasks (paired).")
+    return out
+
+
+def _row(name: str, m: dict) -> str:
+    return f"| {name} | {m['score']:.3f} | {m['success']:.3f} | {m['context_tokens']:.0f} | {m['cost']:.0f} |"
+
+
 def render(run, summary: dict) -> str:
     test = summary["test"]
     base, best = summary["baseline"], summary["best"]
     b, t = test.get(base, {}), test.get(best, {})
+    bon = summary.get("best_of_n")
     lines = [f"# evolver run {run.id}", "",
              f"Benchmark `{run.config.benchmark}` {json.dumps(run.config.benchmark_options)}; "
              f"{summary['iterations']} iterations; {summary['wall_s']:.0f} s wall.", "",
@@ -23,15 +45,34 @@ def render(run, summary: dict) -> str:
              "|---|---|---|---|---|"]
     for pid, m in test.items():
         tag = " (baseline)" if pid == base else (" (best on dev)" if pid == best else "")
-        lines.append(f"| {pid}{tag} | {m['score']:.3f} | {m['success']:.3f} | {m['context_tokens']:.0f} | {m['cost']:.0f} |")
-    if b and t:
-        g = normalised_gain(t["score"], b["score"])
-        lines += ["", f"Best vs baseline on test: {t['score'] - b['score']:+.3f} absolute"
+        lines.append(_row(f"{pid}{tag}", m))
+    if bon:
+        lines.append(_row(f"{bon['program']}, best of {bon['n']} (no evolution)", bon["test"]))
+    lines += [""] + paired_lines(summary) if summary.get("paired") else []
+    g = normalised_gain(t["score"], b["score"]) if b and t else None
+    if summary.get("paired"):
+        lines += ["", f"Normalised gain of the best over the seed on test: g = {g:+.3f}."] if g is not None else []
+    elif b and t:  # a summary from before the paired comparisons
+        lines += ["", f"Best vs seed on test: {t['score'] - b['score']:+.3f} absolute"
                   + (f", normalised gain g = {g:+.3f}" if g is not None else "") + "."]
+    if bon and bon["n"] == 1:
+        lines += ["", f"Best of 1: the seed program sampled once at T={bon['temperature']:g} (seed {bon['seed']}) "
+                  "on test. N = the candidates this run evaluated on dev: one here, so there was nothing to "
+                  "pick on dev."]
+    elif bon:
+        ds = bon["dev_scores"]
+        spread = ", ".join(f"{x:.3f}" for x in ds) if len(ds) <= 12 else f"{min(ds):.3f} to {max(ds):.3f}"
+        lines += ["", f"Best of {bon['n']}: the seed program sampled at T={bon['temperature']:g} with {bon['n']} "
+                  f"seeds on dev (scores {spread}); seed {bon['seed']}, "
+                  f"the best on dev ({bon['dev']:.3f}), played on test. N = the candidates this run evaluated "
+                  "on dev: how much of the gain evolution adds over trying again."]
     # Context tokens per episode are shown even when they are not an objective: they are what a harness costs.
     columns = [o.split(":")[0] for o in summary["frontier"]["objectives"]]
     columns += [c for c in ("score", "context_tokens") if c not in columns]
-    lines += ["", "## Frontier (dev)", "", f"Objectives: {', '.join(summary['frontier']['objectives'])}.", "",
+    gate = summary["frontier"].get("gate")
+    rule = ("" if gate is None else "; plain Pareto on dev means (gate off)" if gate == "none" else
+            f"; admission by a paired {gate} test at {summary['frontier'].get('level', 0.95):.0%} on the dev tasks")
+    lines += ["", "## Frontier (dev)", "", f"Objectives: {', '.join(summary['frontier']['objectives'])}{rule}.", "",
               "| program | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
     for m in summary["frontier"]["members"]:
         vals = [f"{m['metrics'][c]:.3f}" if c in m["metrics"] else "" for c in columns]
@@ -40,12 +81,15 @@ def render(run, summary: dict) -> str:
     lines += ["", "## Candidates", "", f"{len(rows)} proposed, "
               f"{sum(r['status'] in ('admitted', 'discarded') for r in rows)} valid (evaluated), "
               f"{sum(r['status'] == 'admitted' for r in rows)} admitted.", "",
-              "| id | proposer | operator | parent | status | dev score | reason |", "|---|---|---|---|---|---|---|"]
+              "| id | proposer | operator | parent | status | dev score | paired dev diff [interval] | reason |",
+              "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         score = (r.get("scores") or {}).get("score")
-        reason = (r.get("reason") or "").splitlines()[0][:80] if r.get("reason") else ""
+        c = (r.get("scores") or {}).get("paired")
+        paired = f"{c['diff']:+.3f} [{c['low']:.3f}, {c['high']:.3f}] vs {c['versus']}, n={c['n']}" if c else ""
+        reason = (r.get("reason") or "").splitlines()[0].split(" (score ")[0][:80] if r.get("reason") else ""
         lines.append(f"| {r['candidate_id']} | {r['proposer']} | {r['operator']} | {r['parent_id']} | {r['status']} | "
-                     f"{'' if score is None else f'{score:.3f}'} | {reason} |")
+                     f"{'' if score is None else f'{score:.3f}'} | {paired} | {reason} |")
     lines += ["", "## Tokens", ""] + [f"- {role}: {n}" for role, n in sorted(summary["tokens"].items())]
     for r in rows:
         if r["status"] == "admitted":

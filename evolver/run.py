@@ -71,7 +71,8 @@ class Run:
         self.tokens: dict[str, int] = {}
         self.started = time.time()
         self.iteration = -1
-        self.frontier: Frontier = Frontier.from_config(config.loop.objectives, config.loop.frontier_capacity)
+        lc = config.loop
+        self.frontier: Frontier = Frontier.from_config(lc.objectives, lc.frontier_capacity, lc.gate, lc.gate_level)
         self._backends: dict[tuple, Backend] = {}
         self._benchmark = None
         self.ui = None  # the progress display (evolver.ui.LiveStatus), when one is attached

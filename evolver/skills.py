@@ -295,3 +295,20 @@ def relevant(skills: list[Skill], query: str, k: int = 3) -> list[Skill]:
         if score > 0:
             scored.append((-score, skill.name, skill))
     return [s for _, _, s in sorted(scored, key=lambda x: (x[0], x[1]))[:k]]
+
+
+#: The skills that ship with evolver (the repository's ``skills/``: meta-skills and a seed library).
+SHIPPED_SKILLS = Path(__file__).resolve().parents[1] / "skills"
+
+
+def shipped_skill(name_or_path: str) -> Path:
+    """A skill folder: a path to one, or the name of a skill in :data:`SHIPPED_SKILLS`."""
+    folder = Path(name_or_path).expanduser()
+    if not (folder / "SKILL.md").is_file():
+        folder = SHIPPED_SKILLS / name_or_path
+    if not (folder / "SKILL.md").is_file():
+        known = sorted(p.name for p in SHIPPED_SKILLS.iterdir() if (p / "SKILL.md").is_file()) \
+            if SHIPPED_SKILLS.is_dir() else []
+        raise SkillError(folder, f"seed skill {name_or_path!r}: no SKILL.md there, and no shipped skill of that "
+                                 f"name (shipped: {', '.join(known) or 'none'})")
+    return folder

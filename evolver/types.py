@@ -96,6 +96,9 @@ class ChoiceRequest:
     messages: list[Message]
     options: list[str]
     write: bool = False
+    #: Seed of a sampled choice (the written reply, or the draw among ranked options); None: greedy
+    #: backends ignore it, the evaluator sets it from the episode for a sampling backend.
+    seed: int | None = None
 
 
 @dataclass

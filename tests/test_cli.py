@@ -17,7 +17,7 @@ ROLES = [f"--set=roles.{r}.backend=toyrule" for r in ("executor", "proposer", "b
 
 def base_args(tmp_path):
     return ["--plugin", TOY, "--store", str(tmp_path / "store"),
-            "--set=benchmark=upper", "--set=benchmark_options={}", *ROLES]
+            "--set=benchmark=upper", "--set=benchmark_options={}", "--set=proposers=[\"evoskill\"]", *ROLES]
 
 
 def invoke(args):
@@ -45,6 +45,8 @@ def test_init_eval_run_and_inspect(tmp_path):
     r = invoke(args + ["run", "--iterations", "1", "--set=loop.candidates_per_iteration=1"])
     assert r.exit_code == 0, r.output
     assert "baseline (seed) test score 0.000" in r.output and "test score 0.000; best (p0001) 1.000" in r.output
+    assert "Best vs seed on test: +1.000, 95% bootstrap interval [1.000, 1.000] on 4 tasks (paired)." in r.output
+    assert "Best-of-1 vs seed on test: +0.000" in r.output  # the scripted executor ignores sampling
     r = invoke(args + ["frontier"])
     assert r.exit_code == 0 and "p0001" in r.output
     r = invoke(args + ["skills", "log"])
@@ -54,7 +56,7 @@ def test_init_eval_run_and_inspect(tmp_path):
     r = invoke(args + ["skills", "show", "best"])
     assert "UPPERCASE" in r.output
     r = invoke(args + ["report"])
-    assert "Best vs baseline on test: +1.000" in r.output
+    assert "Best vs seed on test: +1.000, 95% bootstrap interval" in r.output and "| seed, best of 1 " in r.output
     r = invoke(args + ["traces", "SELECT count(*) AS n FROM episodes WHERE purpose = 'eval' AND split = 'test'"])
     assert r.exit_code == 0 and r.output.strip().splitlines()[-1].strip() == "8"
     graph = subprocess.run(["git", "-C", str(tmp_path / "store" / "programs"), "log", "--all", "--oneline", "--decorate"],

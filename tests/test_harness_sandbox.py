@@ -7,7 +7,7 @@ import pytest
 
 from evolver.checks import audit_harness_code
 from evolver.evaluate import HarnessTimeout, evaluate_many
-from evolver.harness import SEED_DIR, program_context
+from evolver.harness import SEED_DIR, Action, program_context
 from evolver.harness_sandbox import RemoteHarnessError, SandboxedHarness
 from evolver.skills import write_skill
 from evolver.types import ChoiceResult, GenResult, Observation, Program, Task
@@ -50,6 +50,30 @@ def test_plays_like_the_in_process_harness_and_asks_the_evaluator_for_skills(tmp
         req = h.next_call(state, Observation("Now?", actions=["open fridge", "look"]))
         assert "Recent steps:\n> look\n\nObservation: Now?" in req.messages[1].content  # its memory lives in the child
         assert h.next_call(state, Observation("", done=True)) is None
+    finally:
+        h.close()
+
+
+def test_a_skill_script_the_harness_runs_itself_is_run_by_the_evaluator(tmp_path):
+    from evolver.skills import shipped_skill
+
+    prog = program(tmp_path)
+    shutil.copytree(shipped_skill("arithmetic-word-problems"), Path(prog.root) / "skills" / "arithmetic-word-problems")
+    ctx = program_context(prog)
+    asked = []
+    inner = ctx.run_skill
+
+    def run_skill(name, script, args=(), stdin=""):
+        asked.append((name, script))
+        return inner(name, script, args, stdin)
+    ctx.run_skill = run_skill
+    h = SandboxedHarness(ctx)
+    try:
+        state = h.start(Task("t", "b", "train", "arithmetic", prompt="Solve it."), Observation("A room."))
+        h.observe(state, Action(env_action="read math problem"), "The math problem: multiply 7 and 5 .")
+        req = h.next_call(state, Observation("Now?", actions=["take 35 apples", "take 12 pears"]))
+        assert "[arithmetic-word-problems] multiply 7 and 5 = 35. The answer is 35." in req.messages[1].content
+        assert asked == [("arithmetic-word-problems", "scripts/solve.py")]
     finally:
         h.close()
 

@@ -15,6 +15,7 @@ TOY = Path(__file__).with_name("toybench.py")
 def make_config(tmp_path, rule, **loop):
     roles = {r: RoleConfig(backend="scripted", options={"rule": rule}) for r in ("executor", "proposer", "builder", "judge")}
     return Config(benchmark="upper", benchmark_options={}, store=str(tmp_path / "store"), roles=roles,
+                  proposers=["evoskill"],
                   loop={"iterations": 2, "train_per_category": 2, "dev_per_category": 2, "test_per_category": 2,
                         "candidates_per_iteration": 1, **loop})
 
@@ -195,7 +196,7 @@ class Worsener:
         skills = Path(d.path) / "skills"
         had = (skills / "shout-words").exists()
         shutil.rmtree(skills / "shout-words", ignore_errors=True)
-        body = "Be brief." if had else "Answer with the word in UPPERCASE letters."
+        body = "Keep every answer short and plain." if had else "Answer with the word in UPPERCASE letters."
         write_skill(skills, "brief" if had else "shout-words", "Use when asked to answer with a word.", body)
         return [d]
 
@@ -227,6 +228,100 @@ def test_staged_evaluation_stops_a_clearly_worse_candidate_after_the_probe(tmp_p
         # the admitted one played the whole dev split (4 tasks) without replaying its probe
         assert len(store.episodes(program_id=first["candidate_id"], split="dev")) == 4
         assert summary["best"] == first["candidate_id"]
+    finally:
+        run.close()
+        store.close()
+
+
+class Console:
+    def __init__(self):
+        self.lines = []
+
+    def log(self, message):
+        self.lines.append(message)
+
+
+def test_admission_evidence_and_the_best_of_n_baseline_reach_the_log_store_and_report(tmp_path):
+    import toybench
+    plugins.load_local(TOY)
+    greedy = toybench.make_rule()
+
+    def coin(req):
+        """The executor: greedy as the toy rule; sampled, right on the tasks its seed favours."""
+        answer = greedy(req)
+        sampled_right = getattr(req, "temperature", 0) > 0 and req.seed is not None and req.seed % 3 == 0
+        return answer.upper() if sampled_right and "Answer with the word" in str(req.messages[-1].content) else answer
+    plugin = tmp_path / "worsener.py"
+    plugin.write_text(WORSENER)
+    plugins.load_local(plugin)
+    cfg = make_config(tmp_path, coin, iterations=2, failure_threshold=1.01, patience=5, objectives=["score:max"])
+    cfg.proposers = ["worsener"]
+    store = Store(Path(cfg.store) / "evolver.duckdb")
+    run = Run(cfg, store, ProgramRepo(Path(cfg.store)), console=Console())
+    try:
+        summary = run_loop(run)
+        first, second = store.proposals(run.id)
+        assert "p0001 admitted: dev 1.000 vs seed 0.000, paired +1.000 [1.000, 1.000] on 4 tasks; displaces seed" \
+            in run.console.lines
+        assert first["scores"]["paired"] | {"level": 0} == {
+            "method": "bootstrap", "n": 4, "episodes": 1.0, "diff": 1.0, "low": 1.0, "high": 1.0, "level": 0,
+            "verdict": "better", "p_value": None, "versus": "seed"}
+        admit = next(e for e in store.frontier_events(run.id) if e["event"] == "admit")
+        assert admit["metrics"]["paired"]["versus"] == "seed" and "score better: paired +1.000" in admit["reason"]
+        # best of N: N = 2 candidates played on dev (one stopped after the probe); the greedy seed is unchanged
+        bon = summary["best_of_n"]
+        assert bon["n"] == 2 and bon["seeds"] == [0, 1] and bon["dev"] == max(bon["dev_scores"])
+        assert summary["test"]["seed"]["score"] == 0.0 and len(set(bon["dev_scores"])) > 1  # the seeds differ
+        assert set(summary["paired"]) == {"best_vs_seed", "best_of_n_vs_seed", "best_vs_best_of_n"}
+        assert summary["paired"]["best_vs_seed"]["low"] == 1.0
+        baseline_eps = store.episodes(run_id=run.id, purpose="baseline")
+        assert len(baseline_eps) == 2 * 4 + 4 and all("~sampled(t=0.7)" in e.model for e in baseline_eps)
+        report = Path(summary["report"]).read_text()
+        assert f"| seed, best of 2 (no evolution) | {bon['test']['score']:.3f} |" in report
+        assert "Best vs seed on test: +1.000, 95% bootstrap interval [1.000, 1.000] on 4 tasks (paired)." in report
+        assert "Best-of-2 vs seed on test: " in report and "Best vs best-of-2 on test: " in report
+        assert "| p0001 | worsener | create | seed | admitted | 1.000 | +1.000 [1.000, 1.000] vs seed, n=4 |" in report
+    finally:
+        run.close()
+        store.close()
+
+
+def test_best_of_n_can_be_switched_off(tmp_path):
+    import toybench
+    run, store, repo, summary = run_once(tmp_path, toybench.make_rule(), iterations=1, best_of_n=False)
+    try:
+        assert "best_of_n" not in summary and set(summary["paired"]) == {"best_vs_seed"}
+        assert store.episodes(run_id=run.id, purpose="baseline") == []
+    finally:
+        store.close()
+
+
+def test_a_sampling_executor_plays_several_episodes_per_dev_task_and_the_gate_averages_them(tmp_path):
+    import toybench
+    plugins.load_local(TOY)
+    greedy = toybench.make_rule()
+
+    def coin(req):
+        answer = greedy(req)
+        lucky = req.temperature > 0 and req.seed is not None and req.seed % 3 == 0
+        return answer.upper() if lucky and "Answer with the word" in req.messages[-1].content else answer
+    cfg = make_config(tmp_path, coin, iterations=1, objectives=["score:max"], best_of_n=False)
+    cfg.roles["executor"].temperature = 0.7
+    store = Store(Path(cfg.store) / "evolver.duckdb")
+    run = Run(cfg, store, ProgramRepo(Path(cfg.store)), console=Console())
+    try:
+        summary = run_loop(run)
+        seed_dev = store.evaluations(run.id, "seed", "dev")[0]
+        assert seed_dev["n"] == 3 * 4  # dev_episodes_per_task None: 3 when sampled
+        dev_eps = store.episodes(run_id=run.id, program_id="seed", split="dev", purpose="eval")
+        assert sorted({e.seed for e in dev_eps}) == [0, 1, 2] and all("~sampled(t=0.7)" in e.model for e in dev_eps)
+        assert 0 < seed_dev["score"] < 1  # the coin: some sampled episodes right, others not
+        paired = store.proposals(run.id)[0]["scores"]["paired"]
+        assert paired["episodes"] == 3.0 and paired["n"] == 4 and paired["verdict"] == "better"
+        assert any(line.startswith("p0001 admitted: dev 1.000 vs seed ") and "on 4 tasks x 3 episodes" in line
+                   for line in run.console.lines)
+        member = summary["frontier"]["members"][0]
+        assert all(len(v) == 3 for v in member["per_task"]["score"].values())
     finally:
         run.close()
         store.close()

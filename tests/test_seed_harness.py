@@ -99,3 +99,26 @@ def test_the_state_is_the_room_and_inventory_where_reported_else_the_observation
         h.state_key(Observation("You take the knife.", info=shut))
     assert h.state_key(Observation("x", info=shut)) != h.state_key(Observation("x", info={**shut, "inventory": ""}))
     assert h.state_key(Observation("A hall.")) == h.state_key(Observation("A hall.")) != h.state_key(Observation("A yard."))
+
+
+def test_skills_with_an_observe_script_annotate_what_they_compute(tmp_path):
+    from evolver.skills import shipped_skill
+
+    root = tmp_path / "seed"
+    shutil.copytree(SEED_DIR, root)
+    for name in ("arithmetic-word-problems", "quantity-order"):
+        shutil.copytree(shipped_skill(name), root / "skills" / name)
+    harness = make_harness(program_context(Program("seed", "c0ffee", str(root), "hseed")))
+    room = "You see a counter that has 33 papayas, 2 bananas, and 20 peaches on it. There is also a math problem."
+    task = Task("t", "b", "train", "arithmetic", prompt="Your first task is to solve the math problem.\n\n" + room)
+    state = harness.start(task, Observation(room))
+    assert state["tool_notes"] == []  # no problem stated yet, nothing to sort: no note
+    harness.observe(state, Action(env_action="read math problem"),
+                    "Your task is to solve the following math problem: divide 22 by 11 .  Then, pick up the item.")
+    prompt = harness.next_call(state, Observation("x", actions=["take 2 bananas", "take 20 peaches"])).messages[1].content
+    assert "[arithmetic-word-problems] divide 22 by 11 = 2. The answer is 2." in prompt
+    task = Task("s", "b", "train", "sorting", prompt="Your task is to sort objects by quantity.\n\n"
+                "A counter that has 21kg of marble, and 15kg of cedar on it. A chair that has 47g of brick on it.")
+    state = harness.start(task, Observation("x"))
+    assert state["tool_notes"] == ["[quantity-order] From smallest to largest: 47g of brick, 15kg of cedar, "
+                                   "21kg of marble."]

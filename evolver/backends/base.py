@@ -44,7 +44,8 @@ class Backend(abc.ABC):
         The reply may run a few tokens past the longest option, no further: more text cannot match
         any option better, and every token is a decoding step for the whole batch."""
         gens = self.generate([GenRequest(messages=r.messages, max_tokens=self._written_budget(r.options),
-                                         stop=self.choice_stop, drafts=list(r.options)) for r in requests])
+                                         stop=self.choice_stop, drafts=list(r.options), seed=r.seed)
+                              for r in requests])
         out = []
         for req, gen in zip(requests, gens):
             scores = [difflib.SequenceMatcher(None, gen.text.strip().lower(), o.lower()).ratio()

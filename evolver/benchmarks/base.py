@@ -37,6 +37,9 @@ class Benchmark(abc.ABC):
     categories: list[str] = []
     #: Step limit per episode (the harness may stop earlier).
     max_steps: int = 1
+    #: Skills a new program starts with unless the config names its own (``seed_skills``): names of
+    #: the skills that ship in evolver's ``skills/`` or paths to skill folders.
+    seed_skills: list[str] = []
 
     @abc.abstractmethod
     def tasks(self, split: str, per_category: int | None = None) -> list[Task]:
@@ -45,6 +48,14 @@ class Benchmark(abc.ABC):
     @abc.abstractmethod
     def env(self, task: Task) -> Env:
         """A fresh environment for one episode of ``task``."""
+
+    def demonstration(self, task: Task) -> list[str] | None:
+        """Actions that solve a *training* task, for imitation (``evolver.demonstrations``), or None
+        when the benchmark offers none. Default: ``task.gold`` when it is a list of actions."""
+        gold = task.gold
+        if task.split == "train" and isinstance(gold, list) and gold and all(isinstance(a, str) for a in gold):
+            return list(gold)
+        return None
 
     def close(self) -> None:
         pass

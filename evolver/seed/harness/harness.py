@@ -47,6 +47,7 @@ FOLD = 4  # steps leaving the window together, >= 1 (the window holds HISTORY_ST
 NOTES = 3  # older observations kept as notes once they leave the window
 NOTE_CHARS = 300  # one note's share of the context
 LOOP_GUARD = True  # hold back actions already taken in the same state
+OBSERVERS = True  # run the scripts skills offer as observers (front matter metadata.observe) on new text
 MAX_OBS_CHARS = 1200  # one observation's share of the context
 ACTION_TOKENS = 24  # output budget per free-text action
 
@@ -56,8 +57,35 @@ class Harness:
         self.program = program
 
     def start(self, task, obs):
-        injected = self.program.select_skills(task, INJECT_SKILLS) if INJECT_SKILLS else []
-        return {"task": task, "history": [], "injected": injected, "tool_notes": [], "tried": set()}
+        # An observer's body is not injected: what it computes reaches the prompt as its note.
+        injected = [k for k in self.program.select_skills(task, INJECT_SKILLS) if not self.observer(k)[0]] \
+            if INJECT_SKILLS else []
+        state = {"task": task, "history": [], "injected": injected, "tool_notes": [], "tried": set()}
+        self.run_observers(state, f"{task.prompt}\n{obs.text}")
+        return state
+
+    def run_observers(self, state, text):
+        """Skills whose front matter names an ``observe`` script (and ``observe_when``, a pattern the
+        text must match) get it run on the task and on each new observation; what it prints becomes a
+        note. A small model cannot be relied on to call a tool, but it can copy a number it is shown:
+        twx's arithmetic and sorting need exact computation that a 135M model does not do."""
+        if not OBSERVERS:
+            return
+        for skill in self.program.skills:
+            script, when = self.observer(skill)
+            if not script or (when and not re.search(when, text, re.I)):
+                continue
+            out = self.program.run_skill(skill.name, script, stdin=text)
+            if out:
+                state["tool_notes"].append(f"[{skill.name}] {out[:NOTE_CHARS]}")
+
+    @staticmethod
+    def observer(skill):
+        """(script, pattern) of a skill that observes (front matter ``metadata.observe`` and
+        ``observe_when``), else (None, None)."""
+        meta = skill.meta.get("metadata") if isinstance(skill.meta.get("metadata"), dict) else {}
+        script, when = meta.get("observe"), meta.get("observe_when")
+        return (script if isinstance(script, str) else None), (when if isinstance(when, str) else None)
 
     def system_prompt(self, state) -> str:
         parts = [self.program.prompt.strip()]
@@ -161,3 +189,4 @@ class Harness:
             state["tool_notes"].append(f"[{action.tool} {' '.join(action.args)}]\n{text[:MAX_OBS_CHARS]}")
         else:
             state["history"].append((action.env_action or "", text))
+            self.run_observers(state, text)

@@ -24,6 +24,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from evolver.skill_quality import content_problems
 from evolver.skills import SkillCaps, load_skills, parse_skill, write_skill
 from evolver.types import GenRequest, Message
 
@@ -126,6 +127,7 @@ class EvoSkillProposer:
         else:
             answer = yield Call("proposer", self._proposer_prompt(ctx, failures, skills), k)
         plan = parse_plan(answer, skills, failures)
+        plan["task_texts"] = [e.task.prompt for e in failures]  # the repair path rejects copies of these
         draft = ctx.new_draft(plan["action"], f"{plan['why']} {plan['idea']}".strip(),
                               detail={"skill": plan["skill"], "raw": answer[:2000]})
         shown = failures[:4]
@@ -176,7 +178,7 @@ class EvoSkillProposer:
         if current is not None:
             header += f"\n## The current SKILL.md of {current.name}\n{(Path(current.path) / 'SKILL.md').read_text()}\n"
         if self.options.builder_format == "json":
-            spec = yield from self._build_json(header, k)
+            spec = yield from self._build_json(header, k, plan.get("task_texts", ()))
         else:
             spec = yield from self._build_fields(header, plan, k)
         spec["name"] = plan["skill"] if current is not None else slug(spec.get("name") or plan["skill"])
@@ -203,26 +205,27 @@ class EvoSkillProposer:
                              "steps, general (no task-specific answers).\n1.")
         body = (yield Call("builder", [Message("user", ask_body)], k, 300)).strip()
         body = ("1. " + body) if body and not body.startswith("1") else body
-        problem = _field_problem(description, body, self.options.max_body_chars)
+        quality = {"name": plan["skill"], "task_texts": plan.get("task_texts", ())}
+        problem = _field_problem(description, body, self.options.max_body_chars, **quality)
         if problem:  # one repair attempt, naming the problem
             repair = header + f"\nYour previous answer was invalid: {problem}.\nWrite the numbered steps again.\n1."
             body = "1. " + (yield Call("builder", [Message("user", repair)], k + 1, 300)).strip()
             if not description.lower().startswith("use when"):
                 description = f"Use when {plan['why'] or plan['idea']}".strip()[:300]
-            problem = _field_problem(description, body, self.options.max_body_chars)
+            problem = _field_problem(description, body, self.options.max_body_chars, **quality)
             if problem:
                 raise BuildError(f"invalid after one repair: {problem}")
         return {"description": description, "body": body[: self.options.max_body_chars]}
 
-    def _build_json(self, header: str, k: int) -> dict:
+    def _build_json(self, header: str, k: int, task_texts=()) -> dict:
         ask = header + ('\nAnswer with one JSON object: {"name": "...", "description": "Use when ...", '
                         '"body": "1. ...", "scripts": {"tool.py": "..."}} (scripts optional).')
         text = yield Call("builder", [Message("user", ask)], k)
-        spec, problem = _parse_json_spec(text)
+        spec, problem = _parse_json_spec(text, task_texts)
         if problem:
             text = yield Call("builder", [Message("user", ask + f"\nYour previous answer was invalid: {problem}. "
                                           "Answer with the JSON object only.")], k + 1)
-            spec, problem = _parse_json_spec(text)
+            spec, problem = _parse_json_spec(text, task_texts)
             if problem:
                 raise BuildError(f"invalid after one repair: {problem}")
         return spec
@@ -313,7 +316,7 @@ def _first_line(text: str) -> str:
     return ""
 
 
-def _field_problem(description: str, body: str, max_chars: int) -> str:
+def _field_problem(description: str, body: str, max_chars: int, name: str = "skill", task_texts=()) -> str:
     if len(description) < 10:
         return "the description is empty or too short"
     steps = [ln for ln in body.splitlines() if re.match(r"\s*\d+[.)]\s*\S", ln)]
@@ -326,10 +329,11 @@ def _field_problem(description: str, body: str, max_chars: int) -> str:
         return "the body repeats the same lines (degenerate output)"
     if "3 to 8 short numbered steps" in body or "The proposal:" in body:
         return "the body echoes the instructions instead of giving steps"
-    return ""
+    degenerate = content_problems(name, description, body[:max_chars], task_texts)  # the core's rules
+    return degenerate[0] if degenerate else ""
 
 
-def _parse_json_spec(text: str) -> tuple[dict, str]:
+def _parse_json_spec(text: str, task_texts=()) -> tuple[dict, str]:
     m = re.search(r"\{[\s\S]*\}", text)
     if not m:
         return {}, "no JSON object found"
@@ -346,7 +350,8 @@ def _parse_json_spec(text: str) -> tuple[dict, str]:
     if not isinstance(scripts, dict) or not all(isinstance(v, str) for v in scripts.values()):
         return {}, "scripts must map file names to source text"
     spec["scripts"] = {Path(k).name: v for k, v in scripts.items()}
-    return spec, ""
+    degenerate = content_problems(slug(str(spec["name"])), str(spec["description"]), str(spec["body"]), task_texts)
+    return spec, degenerate[0] if degenerate else ""
 
 
 def _load(root: Path):

@@ -63,6 +63,7 @@ def test_merge_unions_the_distinct_skills_of_frontier_members(tmp_path):
     roles = {r: RoleConfig(backend="scripted", options={"rule": toybench.make_rule()}) for r in
              ("executor", "proposer", "builder", "judge")}
     cfg = Config(benchmark="upper", benchmark_options={}, store=str(tmp_path / "store"), roles=roles,
+                 proposers=["evoskill"],
                  loop={"iterations": 0})
     store = Store(tmp_path / "store" / "evolver.duckdb")
     repo = ProgramRepo(tmp_path / "store")
@@ -97,6 +98,7 @@ def _run_with_verifier(tmp_path, rule):
     plugins.load_local(Path(toybench.__file__))
     roles = {r: RoleConfig(backend="scripted", options={"rule": rule}) for r in ("executor", "proposer", "builder", "judge")}
     cfg = Config(benchmark="upper", benchmark_options={}, store=str(tmp_path / "store"), roles=roles,
+                 proposers=["evoskill"],
                  plugins={"evoskill": {"verifier": True}},
                  loop={"iterations": 1, "train_per_category": 2, "candidates_per_iteration": 1})
     store = Store(tmp_path / "store" / "evolver.duckdb")
@@ -150,6 +152,7 @@ def test_agentic_mode_queries_the_store_and_reads_files_before_answering(tmp_pat
     plugins.load_local(Path(toybench.__file__))
     roles = {r: RoleConfig(backend="scripted", options={"rule": rule}) for r in ("executor", "proposer", "builder", "judge")}
     cfg = Config(benchmark="upper", benchmark_options={}, store=str(tmp_path / "store"), roles=roles,
+                 proposers=["evoskill"],
                  plugins={"evoskill": {"mode": "agentic"}}, loop={"iterations": 1, "candidates_per_iteration": 1})
     store = Store(tmp_path / "store" / "evolver.duckdb")
     run = Run(cfg, store, ProgramRepo(tmp_path / "store"))
@@ -184,7 +187,8 @@ def test_an_edit_changes_its_own_worktree_never_the_parents_checkout(tmp_path):
     plugins.load_local(Path(toybench.__file__))
     rule = toybench.make_rule(plan="ACTION: edit\nSKILL: shout-words\nWHY: too vague\nIDEA: say it louder")
     roles = {r: RoleConfig(backend="scripted", options={"rule": rule}) for r in ("executor", "proposer", "builder", "judge")}
-    cfg = Config(benchmark="upper", benchmark_options={}, store=str(tmp_path / "store"), roles=roles, loop={"iterations": 0})
+    cfg = Config(benchmark="upper", benchmark_options={}, store=str(tmp_path / "store"), roles=roles,
+                 proposers=["evoskill"], loop={"iterations": 0})
     store = Store(tmp_path / "store" / "evolver.duckdb")
     repo = ProgramRepo(tmp_path / "store")
     run = Run(cfg, store, repo)

@@ -12,48 +12,33 @@ engine generate with the learner's current weights:
 """
 from __future__ import annotations
 
-import dataclasses
 import time
 
 from evolver.backends.base import Backend
+from evolver.backends.sampling import SampledBackend
 from evolver.errors import EvolverError
-from evolver.types import GenRequest, GenResult
 
 
-class RolloutBackend(Backend):
-    """Wraps an engine's backend for rollouts: every generation is sampled at ``temperature`` with its
-    own seed (the G rollouts of a task must differ, and a rerun must repeat), and returns token ids
-    and log-probs. ``scores_options`` is False on purpose: a choice between valid actions is made
-    by writing and matching, so the policy is trained on text it wrote."""
+class RolloutBackend(SampledBackend):
+    """The core's :class:`evolver.backends.sampling.SampledBackend` as rollouts need it: every generation
+    sampled at ``temperature`` with token ids and log-probs, its seed ``seed * 1_000_003 + n`` from the
+    request counter (:meth:`reseed` per step, so a step's rollouts do not depend on earlier steps and a
+    resumed run samples what an uninterrupted one would have). ``model`` is the inner backend's.
+    Every choice between valid actions is made by writing and matching (``scores_options`` is False),
+    so the policy is trained on text it wrote."""
 
     name = "rollout"
-    scores_options = False
+    seeded_by_episode = False  # the counter, not the episode, seeds a rollout's requests
 
     def __init__(self, inner: Backend, temperature: float = 1.0, max_tokens: int | None = None, seed: int = 0):
-        self.inner, self.temperature, self.max_tokens = inner, temperature, max_tokens
-        self.seed = seed
-        self.calls = 0
+        super().__init__(inner, temperature, seed=seed, max_tokens=max_tokens, logprobs=True)
 
     @property
     def model(self) -> str:  # type: ignore[override]
         return self.inner.model
 
-    def reseed(self, seed: int) -> None:
-        """Seeds from here on are ``seed``-derived: a step's rollouts do not depend on earlier steps
-        (so a resumed run samples what an uninterrupted one would have)."""
-        self.seed, self.calls = seed, 0
-
-    def generate(self, requests: list[GenRequest]) -> list[GenResult]:
-        reqs = []
-        for r in requests:
-            self.calls += 1
-            reqs.append(dataclasses.replace(r, temperature=self.temperature, logprobs=True,
-                                            seed=self.seed * 1_000_003 + self.calls,
-                                            max_tokens=self.max_tokens or r.max_tokens))
-        return self.inner.generate(reqs)
-
-    def count_tokens(self, text: str) -> int:
-        return self.inner.count_tokens(text)
+    def choose(self, requests):
+        return self.choose_by_writing(requests)
 
 
 class TransformersEngine:

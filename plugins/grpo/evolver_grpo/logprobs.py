@@ -119,23 +119,49 @@ def _picked_shared(trunk, prompts, completions, idx, L, dev) -> dict[int, torch.
     return picked
 
 
+def _picked_detached(trunk, prompts, completions, idx, dev) -> dict[int, torch.Tensor]:
+    """As ``_picked_plain``, with each prompt but its last token run without a graph: its keys and
+    values are constants to the completion, so the backward pass covers only the last prompt token and
+    the completion (a few tokens instead of hundreds). The weights still learn how the completion
+    reads the prompt, not how the prompt is encoded."""
+    out: dict[int, torch.Tensor] = {}
+    for i in idx:
+        L = len(prompts[i]) - 1
+        kv = None
+        if L > 0:
+            with torch.no_grad():
+                res = trunk(input_ids=torch.tensor([prompts[i][:L]], device=dev),
+                            position_ids=torch.arange(L, device=dev)[None], use_cache=True)
+            cache = res.cache if getattr(res, "cache", None) is not None else res.past_key_values
+            kv = [(layer.keys, layer.values) for layer in cache.layers]
+        out.update(_rows(trunk, [list(prompts[i][L:]) + list(completions[i])], [(i, L, len(completions[i]))],
+                         dev, kv, L))
+    return out
+
+
 def completion_logprobs(model, prompts: list[list[int]], completions: list[list[int]], *, chunk: int = 1024,
-                        autocast: bool | str | None = False, with_entropy: bool = False, share: int = 64):
+                        autocast: bool | str | None = False, with_entropy: bool = False, share: int = 64,
+                        detach_prompt: bool = False):
     """Log-probs of each completion token given its prompt, packed: a flat tensor of Σ|c_i| values
     in sample order (and the next-token entropies at the same positions if ``with_entropy``).
 
     ``autocast``: run under bf16 autocast (``None``/``"auto"``: where the device computes bf16
     natively, ``evolver.backends.precision``). ``share``: samples sharing a prompt prefix of at least
-    this many tokens run it once (0: every sample in its own row). Gradients flow when called outside
-    ``no_grad``."""
+    this many tokens run it once (0: every sample in its own row). ``detach_prompt``: the prompts' keys
+    and values are computed without a graph (:func:`_picked_detached`; the log-probs are the same, the
+    gradients reach only what the completion computes). Gradients flow when called outside ``no_grad``."""
     dev = next(model.parameters()).device
     trunk, head = split_model(model)
     lengths = [len(p) + len(c) for p, c in zip(prompts, completions)]
     groups = prefix_groups(prompts, lengths, share) if share > 0 and len(prompts) > 1 else \
         [(0, [i]) for i in range(len(prompts))]
     ctx = torch.autocast(dev.type, dtype=torch.bfloat16) if use_autocast(autocast, dev) else contextlib.nullcontext()
+    if detach_prompt:
+        groups = []
     with ctx:
         picked: dict[int, torch.Tensor] = {}
+        if detach_prompt:
+            picked.update(_picked_detached(trunk, prompts, completions, range(len(prompts)), dev))
         alone = [g[0] for L, g in groups if not L]
         if alone:
             picked.update(_picked_plain(trunk, prompts, completions, alone, dev))

@@ -78,3 +78,20 @@ def test_shared_prefix_matches_rows_under_no_grad_and_alone(model):
         full = completion_logprobs(model, prompts, completions, share=16)
         one = torch.cat([completion_logprobs(model, [p], [c]) for p, c in zip(prompts, completions)])
     assert torch.allclose(full, one, atol=1e-5)
+
+
+def test_detached_prompts_give_the_same_logprobs_and_train_only_through_the_completion(model):
+    prompts, completions = samples()
+    model.zero_grad(set_to_none=True)
+    plain = completion_logprobs(model, prompts, completions)
+    det = completion_logprobs(model, prompts, completions, detach_prompt=True)
+    assert torch.allclose(det, plain, atol=1e-5)
+    # The backward pass reaches the weights, but only through the completion tokens' own computation:
+    # gradients differ from the full graph's (the prompt's keys and values are constants here).
+    det.sum().backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad(set_to_none=True)
+    plain.sum().backward()
+    full = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+    assert grads and all(g.norm() > 0 for n, g in grads.items() if "layers" in n and "proj" in n)
+    assert any((grads[n] - full[n]).norm() > 1e-4 * full[n].norm() for n in grads)

@@ -141,8 +141,8 @@ def commit_bank(run, parent: Program, entries: list[BankEntry], message: str, op
     path = run.repo.new_candidate(cid, parent.commit)
     try:
         names = write_entries(path, entries, inject)
-        problem = check_skill_files(path) or audit_leakage(path, list(forbidden), [list(s) for s in sequences],
-                                                             Path(parent.root))
+        problem = check_skill_files(path, parent_root=Path(parent.root)) or audit_leakage(
+            path, list(forbidden), [list(s) for s in sequences], Path(parent.root))
         if problem:
             raise BankError(f"bank change rejected: {problem}")
         bank = counts(load_bank(path))

@@ -49,7 +49,7 @@ def seed_cmd(obj, program_ref):
     from evolver_skillrl.bank import commit_bank, load_bank
     from evolver_skillrl.options import load_options
     from evolver_skillrl.proposer import seed_from_gold
-    from evolver_skillrl.replay import has_gold
+    from evolver.demonstrations import has_gold
 
     config = obj.config()
     store, repo = open_workspace(config)

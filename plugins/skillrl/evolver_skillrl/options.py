@@ -91,6 +91,17 @@ class SFTOptions(BaseModel):
     """Only training tasks: SFT data never comes from dev or test."""
     per_category: int = 20
     """Training tasks per category whose trajectories become SFT data."""
+    first_task: int = 0
+    """Skip this many training tasks per category first (imitation takes a new slice each round)."""
+    train_layers: int | None = None
+    """Train only the top N decoder layers (and the final norm); None: the whole model. The backward
+    pass stops at the lowest trained layer."""
+    detach_prompt: bool = False
+    """Compute each prompt's keys and values without a graph, so the backward pass covers only the
+    completion (``evolver_grpo.logprobs``): several times less work a step; the weights learn how the
+    completion reads the prompt, not how the prompt is encoded."""
+    commit: bool = True
+    """Commit the checkpoint as a child program; False: only save it (a proposer commits it as its draft)."""
     min_score: float = 1.0
     """source=store: an episode must have scored at least this to count as successful."""
     seed_bank: bool = True

@@ -18,7 +18,7 @@ from evolver_skillrl.distill import Distiller
 from evolver_skillrl.embed import embedder
 from evolver_skillrl.evolve import evolve, seed_entries
 from evolver_skillrl.options import load_options
-from evolver_skillrl.replay import replay_gold
+from evolver.demonstrations import replay_gold
 
 
 def make_distiller(run, options) -> Distiller:

@@ -31,7 +31,7 @@ from evolver.evaluate import evaluate_many, summarize
 from evolver.types import Episode, Message
 from evolver_skillrl.bank import commit_bank, load_bank
 from evolver_skillrl.options import load_options, load_sft
-from evolver_skillrl.replay import has_gold, replay_episodes, replay_gold
+from evolver.demonstrations import has_gold, replay_episodes, replay_gold
 
 
 @dataclass
@@ -89,9 +89,11 @@ def micro_batches(batch: list[SFTSample], rows: int, share: int) -> list[list[SF
 
 
 class SFTTrainer:
-    def __init__(self, run, options: dict | None = None, engine=None, progress=None):
+    def __init__(self, run, options: dict | None = None, engine=None, progress=None,
+                 episodes: list[Episode] | None = None):
         self.run = run
         self.cfg = load_sft(options if options is not None else run.config.plugins.get("sft", {}))
+        self.given = episodes  # trajectories chosen by the caller (expert iteration), already rendered
         self.bank_options = load_options(run.config)
         self._engine = engine
         self.progress = progress or (lambda row: None)
@@ -117,9 +119,11 @@ class SFTTrainer:
 
     def trajectories(self, program) -> list[Episode]:
         run, cfg = self.run, self.cfg
+        if self.given is not None:
+            return list(self.given)
         eps: list[Episode] = []
         if cfg.source in ("gold", "both"):
-            tasks = run.benchmark.tasks("train", per_category=cfg.per_category)
+            tasks = demo_tasks(run.benchmark, cfg.first_task, cfg.per_category)
             eps += [e for e in replay_gold(run, program, tasks) if e.won and not e.error]
         if cfg.source in ("store", "both"):
             stored = [e for e in run.store.episodes(split="train", min_score=cfg.min_score, with_steps=True)
@@ -145,6 +149,7 @@ class SFTTrainer:
         self.engine = self._engine or make_engine(self.run, self.cfg.engine)
         self.model = self.engine.learner()
         self.model.eval()  # no dropout: the loss is over exactly the tokens the policy will produce
+        freeze_below(self.model, self.cfg.train_layers)
         self.base_id = getattr(self.engine.backend, "_base_model", self.engine.backend.model)
         # A resumed run trains on the program its first attempt prepared (a bank is seeded only once).
         self.program = self.run.repo.checkout(program_id) if program_id else self.prepare_program()
@@ -181,7 +186,7 @@ class SFTTrainer:
         for mb in micro_batches(batch, self.cfg.micro_batch, self.cfg.share_prefix):
             lp = completion_logprobs(self.model, [s.prompt_ids for s in mb], [s.completion_ids for s in mb],
                                      chunk=self.cfg.logprob_chunk, autocast=self.cfg.autocast,
-                                     share=self.cfg.share_prefix)
+                                     share=self.cfg.share_prefix, detach_prompt=self.cfg.detach_prompt)
             loss = -lp.sum() / total
             loss.backward()
             loss_sum += float(loss.detach())
@@ -232,6 +237,14 @@ class SFTTrainer:
         self.engine.sync(self.model, f"{self.base_id}+sft:{run.id}:{n}")
         if cfg.eval_per_category:
             evals.append({"step": n, **self.evaluate()})
+        out = {"steps": n, "history": self.history, "evals": evals, "samples": len(self.samples),
+               "dropped": self.dropped, "trajectories": len(self.episodes), "bank_program": self.program.id}
+        if not cfg.commit:
+            from evolver_grpo.checkpoint import save
+
+            rel = Path("checkpoints") / run.id / f"sft-step-{n}"
+            save(self.model, getattr(self.engine.backend, "tokenizer", None), run.workspace / rel)
+            return {**out, "checkpoint": rel.as_posix(), "program": None}
         program = commit_checkpoint(self, n, "sft", f"cold-start SFT on {len(self.samples)} skill-conditioned steps "
                                                    f"from {len(self.episodes)} trajectories, {n} steps")
         return {"steps": n, "history": self.history, "evals": evals, "samples": len(self.samples),
@@ -256,6 +269,40 @@ class SFTTrainer:
         self.history = list(state["history"])
         self.run.log(f"sft: resuming run {self.run.id} after step {state['step']}")
         return int(state["step"])
+
+
+def demo_tasks(benchmark, first: int, n: int) -> list:
+    """Training tasks ``first .. first + n - 1`` of each category (a later slice brings new demonstrations)."""
+    tasks = benchmark.tasks("train", per_category=first + n)
+    seen: dict[str, int] = {}
+    out = []
+    for t in tasks:
+        seen[t.category] = seen.get(t.category, 0) + 1
+        if seen[t.category] > first:
+            out.append(t)
+    return out
+
+
+def freeze_below(model, train_layers: int | None) -> None:
+    """Train only the top ``train_layers`` decoder layers and the final norm (None: every weight).
+    The embeddings (tied to the LM head in SmolLM2) and the layers below stay fixed, so autograd
+    records nothing below the first trained layer: the backward pass stops there."""
+    if train_layers is None:
+        return
+    from evolver_grpo.logprobs import split_model
+
+    trunk, head = split_model(model)
+    layers = list(getattr(trunk, "layers", []))
+    if not layers:
+        raise EvolverError("train_layers needs a decoder with a .layers list; leave it unset for this model")
+    for p in model.parameters():
+        p.requires_grad_(False)
+    for layer in layers[max(0, len(layers) - train_layers):]:
+        for p in layer.parameters():
+            p.requires_grad_(True)
+    norm = getattr(trunk, "norm", None)
+    for p in (norm.parameters() if norm is not None else []):
+        p.requires_grad_(True)
 
 
 def commit_checkpoint(trainer, step: int, operator: str, message: str):

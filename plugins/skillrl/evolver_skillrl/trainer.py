@@ -22,7 +22,7 @@ from evolver_skillrl.bank import commit_bank, counts, load_bank
 from evolver_skillrl.embed import embedder
 from evolver_skillrl.evolve import evolve
 from evolver_skillrl.options import grpo_part, load_options
-from evolver_skillrl.replay import has_gold
+from evolver.demonstrations import has_gold
 
 
 class SkillRLTrainer(GRPOTrainer):

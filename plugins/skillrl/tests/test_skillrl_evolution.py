@@ -105,7 +105,9 @@ def test_run_with_the_skillrl_proposer_seeds_then_evolves_from_train_failures_on
 
     roles = {"judge": RoleConfig(backend="scripted", options={"role": "teacher"})}
     run = make_run(tmp_path, roles=roles, skillrl={"teacher": "judge", "gold_per_category": 2, "top_k": 1},
-                   loop={"iterations": 2, "train_per_category": 2, "dev_per_category": 2, "test_per_category": 1,
+                   # 4 dev tasks per category: the bank wins one category of two, 4 tasks of 8, which the
+                   # paired admission gate accepts (2 of 4 could be luck)
+                   loop={"iterations": 2, "train_per_category": 2, "dev_per_category": 4, "test_per_category": 1,
                          "candidates_per_iteration": 1, "staged": False, "sandbox_smoke": False, "selector": "best",
                          "patience": 5})
     executor, teacher = ScriptedBackend(rule=executor_rule), ScriptedBackend(rule=teacher_rule)

@@ -1,12 +1,16 @@
-"""Gold trajectories through the program's own harness.
+"""Demonstrations: what a benchmark offers to imitate, replayed through a program's own harness.
 
-A benchmark with gold action paths (twx: ``Task.gold``) is replayed step by step in its real
-environment while the program's harness builds every prompt, exactly as it would in an episode
-(its skills chosen by the ``select_skills`` hook, its history, its observation formatting); the
-gold action is forced instead of asking a model. The result is an ordinary :class:`Episode`
-(purpose ``gold``, model ``gold``) with one step per model call the harness would have made, each
-holding the exact prompt (the chat messages as JSON). Stored in the trace store, these are the
-successful trajectories that seed the bank and the cold-start SFT data.
+A benchmark may offer, for a *training* task, a list of actions that solves it
+(:meth:`evolver.benchmarks.base.Benchmark.demonstration`; by default ``Task.gold`` when that is a
+list of actions, as twx's gold paths are). A benchmark without demonstrations offers none, and the
+proposers that imitate them simply propose nothing.
+
+A demonstration is replayed step by step in its real environment while the program's harness builds
+every prompt, exactly as it would in an episode (its skills chosen by the ``select_skills`` hook, its
+history, its observation formatting); the demonstrated action is forced instead of asking a model.
+The result is an ordinary :class:`Episode` (purpose ``gold``, model ``gold``) with one step per model
+call the harness would have made, each holding the exact prompt (the chat messages as JSON): the
+training data of imitation, cold-start SFT and bank seeding. Dev and test tasks are refused.
 """
 from __future__ import annotations
 
@@ -24,12 +28,20 @@ def has_gold(task: Task) -> bool:
     return isinstance(task.gold, list) and len(task.gold) > 0 and all(isinstance(a, str) for a in task.gold)
 
 
+def demonstration(benchmark, task: Task) -> list[str] | None:
+    """The benchmark's demonstration of ``task`` (a list of actions), or None."""
+    offer = getattr(benchmark, "demonstration", None)
+    actions = offer(task) if offer is not None else (list(task.gold) if has_gold(task) else None)
+    return list(actions) if actions else None
+
+
 def replay_gold(run, program: Program, tasks: list[Task], store: bool = True) -> list[Episode]:
-    """One gold episode per task that has a gold path (tasks without one are skipped)."""
+    """One replayed episode per task the benchmark demonstrates (tasks without one are skipped)."""
     if any(t.split != "train" for t in tasks):
-        raise EvolverError("gold replays are for training tasks only: pass tasks of the 'train' split")
+        raise EvolverError("demonstrations are for training tasks only: pass tasks of the 'train' split")
     harness = make_harness(run.context(program))
-    episodes = [replay(run, program, harness, t, list(t.gold)) for t in tasks if has_gold(t)]
+    shown = [(t, demonstration(run.benchmark, t)) for t in tasks]
+    episodes = [replay(run, program, harness, t, actions) for t, actions in shown if actions]
     if store and episodes:
         run.store.add_episodes(episodes)
     return episodes
@@ -72,7 +84,7 @@ def replay(run, program: Program, harness, task: Task, actions: list[str], model
         ep.won = bool(obs.info.get("won", ep.score >= 1.0))
         ep.rewards = {"score": ep.score}
     except Exception as exc:  # one task's failure is that episode's error, never the whole replay
-        ep.error = f"gold replay failed: {exc!r}"
+        ep.error = f"demonstration replay failed: {exc!r}"
         ep.score, ep.won = 0.0, False
     finally:
         env.close()

@@ -1,0 +1,74 @@
+"""The end of a run: the seed, the frontier and a no-evolution baseline on the held-out test split.
+
+Best-of-N answers "how much of the gain does evolution add over simply trying again?": the seed
+program played N times on dev, each time sampled with another seed (N = the candidates the run
+evaluated on dev, so both had as many tries), the seed that scored best on dev then played on test.
+Selection on dev flatters both alike; on test only a real gain survives. The seed, the evolved best
+and the baseline are compared per task on the same test tasks (paired bootstrap at ``loop.gate_level``).
+"""
+from __future__ import annotations
+
+from evolver import plugins
+from evolver.evaluate import summarize
+from evolver.gate import compare
+from evolver.loop import SEED_ID, _progress, evaluate_programs, per_task, play
+from evolver.run import Run
+from evolver.types import Program
+
+
+
+def finish(run: Run, seed: Program, data: dict) -> dict:
+    """Evaluate on test (never seen by selection), compare paired, write the report. Returns the summary."""
+    from evolver.report import write_report
+
+    cfg = run.config.loop
+    baseline = best_of_n(run, seed, data["dev"]) if cfg.best_of_n else None
+    run.status = "final evaluation on test"
+    ids = [SEED_ID] + [m for m in run.frontier.ids() if m != SEED_ID]
+    programs = [run.repo.checkout(pid) for pid in ids]
+    evals, values = evaluate_programs(run, programs, data["test"], "test", run.iteration + 1)
+    best = run.frontier.best().program_id
+    summary = {"test": {ev.program_id: ev.metrics() | {"per_category": ev.per_category} for ev in evals},
+               "baseline": SEED_ID, "best": best,
+               "frontier": run.frontier.to_dict(), "tokens": dict(run.tokens),
+               "wall_s": run.elapsed(), "iterations": run.iteration + 1}
+    scores = {ev.program_id: v["score"] for ev, v in zip(evals, values)}
+    pairs = {"best_vs_seed": (best, SEED_ID)}
+    if baseline is not None:
+        run.status = f"best-of-{baseline['n']} baseline on test"
+        (eps,) = play(run, [(run.context(seed), data["test"], baseline["seed"])], cfg.baseline_temperature,
+                      purpose="baseline", store=run.store, progress=_progress(run, "best-of-N on test"))
+        ev = summarize(SEED_ID, "test", eps)
+        baseline["test"] = ev.metrics() | {"per_category": ev.per_category}
+        summary["best_of_n"] = baseline
+        scores["best-of-n"] = per_task(eps)["score"]
+        pairs |= {"best_of_n_vs_seed": ("best-of-n", SEED_ID), "best_vs_best_of_n": (best, "best-of-n")}
+    summary["paired"] = {name: compare(scores[a], scores[b], "bootstrap", cfg.gate_level).to_dict()
+                         for name, (a, b) in pairs.items()}
+    summary["report"] = str(write_report(run, summary))
+    run.store.update_run(run.id, status="finished", summary=summary)
+    plugins.hook().on_run_end(run=run, summary=summary)
+    return summary
+
+
+def best_of_n(run: Run, seed: Program, dev: list) -> dict:
+    """The seed program sampled at ``loop.baseline_temperature`` with N job seeds (episode_seed + k) on
+    dev, all N in one lockstep; returns N, each seed's dev score and the best seed (the first of equals).
+    N counts every candidate that played dev, the ones stopped after the probe included: each was a try.
+    With N = 1 there is nothing to pick on dev, and the one sampled seed goes straight to test."""
+    cfg = run.config.loop
+    n = max(1, sum(r["status"] in ("admitted", "discarded") for r in run.store.proposals(run.id)))
+    seeds = [cfg.episode_seed + k for k in range(n)]
+    if n == 1:  # one try: nothing to pick on dev
+        return {"program": SEED_ID, "n": 1, "temperature": cfg.baseline_temperature, "seeds": seeds,
+                "dev_scores": [], "seed": seeds[0], "dev": None}
+    run.status = f"best-of-{n} baseline on dev"
+    ctx = run.context(seed)
+    lists = play(run, [(ctx, dev, s) for s in seeds], cfg.baseline_temperature, seed=seeds[0],
+                 purpose="baseline", store=run.store, progress=_progress(run, f"best-of-{n} on dev"))
+    dev_scores = [summarize(SEED_ID, "dev", eps).score for eps in lists]
+    k = max(range(n), key=lambda i: (dev_scores[i], -i))
+    run.log(f"best-of-{n} baseline: seed {seeds[k]} scores {dev_scores[k]:.3f} on dev "
+            f"(the {n} seeds: {min(dev_scores):.3f} to {max(dev_scores):.3f})")
+    return {"program": SEED_ID, "n": n, "temperature": cfg.baseline_temperature, "seeds": seeds,
+            "dev_scores": dev_scores, "seed": seeds[k], "dev": dev_scores[k]}

@@ -1,0 +1,23 @@
+"""Learning from experience, as candidates like any other (``evolver run --proposer imitation
+--proposer expert-iteration``): each proposer fine-tunes the parent's policy and proposes the
+parent's files with a manifest whose ``model`` is the new checkpoint. The loop checks it, evaluates it
+on dev with its own weights and lets the frontier decide, exactly as for a skill or a harness edit.
+
+- ``imitation``: the demonstrations a benchmark offers for its *training* tasks
+  (``Benchmark.demonstration``; twx's gold paths), replayed through the parent's harness. Each round
+  down a lineage takes the next slice of training tasks, so a later round brings new demonstrations.
+- ``expert-iteration``: the parent's own sampled rollouts on training tasks; the successful ones, and
+  those that beat the parent's greedy play of the same task, become the fine-tuning data.
+"""
+from evolver.hookspecs import hookimpl
+
+
+@hookimpl
+def register_proposers(register):
+    from evolver_experience.expert import ExpertIterationProposer
+    from evolver_experience.imitation import ImitationProposer
+
+    register("imitation", ImitationProposer,
+             "fine-tune the parent's policy on the benchmark's demonstrations of training tasks (a checkpoint)")
+    register("expert-iteration", ExpertIterationProposer,
+             "fine-tune the parent's policy on its own successful sampled rollouts of training tasks (a checkpoint)")

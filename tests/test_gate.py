@@ -1,0 +1,98 @@
+"""Paired statistics for admission (evolver/gate.py) on hand-made vectors and simulated dev splits."""
+import math
+
+import numpy as np
+import pytest
+
+from evolver.gate import compare, paired_bootstrap, sign_test, task_means
+
+
+def tasks(values):
+    return {f"t{i:02d}": v for i, v in enumerate(values)}
+
+
+def test_bootstrap_interval_contains_the_true_difference_and_widens_with_the_level():
+    rng = np.random.default_rng(3)
+    b = rng.uniform(0, 0.6, 30)
+    a = b + 0.2 + rng.normal(0, 0.1, 30)
+    diff, low, high = paired_bootstrap(a, b)
+    assert diff == pytest.approx(float(np.mean(a - b))) and low < 0.2 < high
+    assert paired_bootstrap(a, b) == (diff, low, high)  # seeded: the same data decides the same way
+    _, low80, high80 = paired_bootstrap(a, b, level=0.80)
+    _, low99, high99 = paired_bootstrap(a, b, level=0.99)
+    assert low99 < low < low80 < diff < high80 < high < high99
+
+
+def test_several_episodes_per_task_are_averaged_per_task_first():
+    a = [[1, 0, 1], [0, 0, 0], [1, 1, 1], [0.5, 0.5, 0.5]]
+    b = [0.0, 0.0, 1.0, 0.0]
+    assert list(task_means(a)) == pytest.approx([2 / 3, 0, 1, 0.5])
+    assert paired_bootstrap(a, b) == paired_bootstrap(task_means(a), b)  # resampling tasks, not episodes
+    c = compare(tasks(a), tasks([[v] for v in b]))
+    assert c.n == 4 and c.episodes == 2.0 and c.diff == pytest.approx((2 / 3 + 0.5) / 4)
+
+
+def test_sign_test_is_exact_and_drops_ties():
+    s = sign_test([1.0] * 9 + [0.5] * 3, [0.0] * 9 + [0.5] * 3)  # 9 wins, 3 ties
+    assert (s.wins, s.losses, s.ties) == (9, 0, 3) and s.p_value == pytest.approx(2 / 2 ** 9)
+    s = sign_test([1.0] * 9 + [0.0] * 3, [0.0] * 9 + [1.0] * 3)  # 9 wins, 3 losses
+    assert s.p_value == pytest.approx(2 * (1 + 12 + 66 + 220) / 4096)
+    assert sign_test([0.3] * 5, [0.3] * 5).p_value == 1.0  # all ties: nothing to test
+    # 5 wins out of 5 cannot reach 95% two-sided (p = 1/16): the interval keeps 0
+    s = sign_test([1.0] * 5, [0.0] * 5)
+    assert s.p_value == pytest.approx(1 / 16) and s.low <= 0 < s.high
+
+
+def test_the_sign_interval_excludes_zero_exactly_when_the_test_rejects():
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        n = int(rng.integers(1, 30))
+        d = np.round(rng.normal(rng.uniform(-0.5, 0.5), 0.5, n), 1)  # rounding makes ties
+        s = sign_test(d, np.zeros(n))
+        rejects = s.p_value <= 0.05 + 1e-12
+        assert (s.low > 0 or s.high < 0) == rejects
+        if rejects:
+            assert (s.low > 0) == (s.wins > s.losses)
+
+
+@pytest.mark.parametrize("method", ["bootstrap", "sign"])
+def test_compare_verdicts(method):
+    base = [0.0, 0.5, 0.0, 0.25] * 3
+    one = [b + (0.5 if i == 0 else 0.0) for i, b in enumerate(base)]  # better on 1 task of 12
+    most = [b + (0.5 if i < 9 else 0.0) for i, b in enumerate(base)]  # better on 9 of 12
+    assert compare(tasks(one), tasks(base), method).verdict == "tied"
+    c = compare(tasks(most), tasks(base), method)
+    assert c.verdict == "better" and c.low > 0 and c.method == method and c.n == 12
+    assert compare(tasks(base), tasks(most), method).verdict == "worse"
+    assert (c.p_value is None) == (method == "bootstrap")
+    assert str(c).startswith(f"+{0.375:.3f} [") and str(c).endswith("] on 12 tasks")
+
+
+def test_compare_pairs_only_common_tasks_and_rejects_unknown_methods():
+    a = {"x": 1.0, "y": 1.0, "z": 0.0}
+    b = {"y": 0.0, "z": 0.0, "w": 1.0}
+    assert compare(a, b).n == 2 and compare(a, b).diff == pytest.approx(0.5)
+    assert compare({"x": 1.0}, {"y": 1.0}) is None
+    with pytest.raises(ValueError, match="bootstrap, sign"):
+        compare(a, b, "t-test")
+
+
+def simulated_pass_rate(effect: float, spread: float, n_tasks: int = 24, runs: int = 200) -> float:
+    """How often a candidate passes the 95% bootstrap gate against a member on ``n_tasks`` dev tasks,
+    when its true per-task gain is ``effect`` and the per-task differences spread with sd ``spread``
+    (scores in 0..1, so differences are clipped to [-1, 1])."""
+    rng = np.random.default_rng(7)
+    passed = 0
+    for r in range(runs):
+        d = np.clip(rng.normal(effect, spread, n_tasks), -1, 1)
+        passed += compare(tasks(d), tasks(np.zeros(n_tasks)), resamples=2000, seed=r).verdict == "better"
+    return passed / runs
+
+
+def test_power_at_the_default_dev_size():
+    """The default dev split (4 tasks x 6 twx-easy categories = 24) is large enough for a real +0.2
+    gain with a per-task spread of 0.3 to pass at 95% most of the time, while a candidate no better
+    than the member rarely passes (the false-admission rate stays near the nominal 2.5%)."""
+    assert simulated_pass_rate(0.2, 0.3) >= 0.8
+    assert simulated_pass_rate(0.0, 0.3) <= 0.06
+    assert math.isclose(simulated_pass_rate(0.2, 0.3, n_tasks=24), simulated_pass_rate(0.2, 0.3))  # seeded
