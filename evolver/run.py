@@ -174,6 +174,19 @@ class Run:
                                manifest.get("operator"), None, program.manifest)
         return program
 
+    def training_run(self, program: Program, run_id: str) -> "Run":
+        """A run of its own for training ``program``'s policy (a trainer proposer's): the same config,
+        store and repository, its executor loaded from ``program``'s checkpoint when it has one, so the
+        loop's executor is never trained in place. Recorded in the store once."""
+        config = self.config.model_copy(deep=True)
+        start = self.checkpoint_of(program)
+        if start:
+            config.roles["executor"].model = start
+        train = Run(config, self.store, self.repo, run_id=run_id)
+        if self.store.get_run(run_id) is None:
+            train.record()
+        return train
+
     def log(self, message: str) -> None:
         if self.console is not None:
             self.console.log(message)

@@ -47,17 +47,11 @@ def lineage(run, program_id: str) -> list[dict]:
 def train_from(loop_run, parent, iteration: int, operator: str, sft_options: dict, episodes=None) -> dict:
     """SFT from ``parent``'s weights; returns the trainer's summary (``checkpoint``: a folder relative
     to the workspace). ``episodes``: the training trajectories (else the demonstrations SFT picks)."""
-    from evolver.run import Run
     from evolver_skillrl.sft import SFTTrainer
 
-    config = loop_run.config.model_copy(deep=True)
     start = loop_run.checkpoint_of(parent)
-    if start:
-        config.roles["executor"].model = start
     train_id = f"{loop_run.id}-{operator}-it{iteration}"
-    train_run = Run(config, loop_run.store, loop_run.repo, run_id=train_id)
-    if loop_run.store.get_run(train_id) is None:
-        train_run.record()
+    train_run = loop_run.training_run(parent, train_id)
     opts = {"seed_bank": False, "write_choice": False, **sft_options, "program": parent.id, "commit": False}
 
     def show(row: dict) -> None:

@@ -26,18 +26,12 @@ class GRPOProposer:
     def propose(self, ctx) -> list:
         if ctx.iteration % max(1, self.cfg.propose_every):
             return []
-        from evolver.run import Run
         from evolver_grpo.trainer import GRPOTrainer
 
         loop_run, parent = self.run, ctx.parent
-        config = loop_run.config.model_copy(deep=True)
         start = loop_run.checkpoint_of(parent)
-        if start:
-            config.roles["executor"].model = start
         train_id = f"{loop_run.id}-grpo-it{ctx.iteration}"
-        train_run = Run(config, loop_run.store, loop_run.repo, run_id=train_id)
-        if loop_run.store.get_run(train_id) is None:
-            train_run.record()
+        train_run = loop_run.training_run(parent, train_id)
         opts = {**self.options, "program": parent.id, "commit": False}
         try:
             trainer = GRPOTrainer(train_run, opts, progress=lambda row: setattr(
