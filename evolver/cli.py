@@ -11,6 +11,7 @@ import click
 from evolver import plugins
 from evolver.config import Config, load_config
 from evolver.errors import EvolverError
+from evolver.report import text_table
 
 
 class Ctx:
@@ -25,6 +26,7 @@ class Ctx:
 
 
 def open_workspace(config: Config):
+    """The workspace ``config.store`` names (created when missing): ``(Store, ProgramRepo)``."""
     from evolver.programs import ProgramRepo
     from evolver.store import Store
 
@@ -147,13 +149,13 @@ def eval_cmd(obj: Ctx, benchmark, suite, split, per_category, program_ref, backe
             "wall_s": time.perf_counter() - started})
     if len(evals) == 1:
         ev = next(iter(evals.values()))
-        click.echo(_table(["category", "score"], [[c, f"{s:.3f}"] for c, s in ev.per_category.items()]
-                          + [["all", f"{ev.score:.3f}"]]))
+        click.echo(text_table(["category", "score"], [[c, f"{s:.3f}"] for c, s in ev.per_category.items()]
+                              + [["all", f"{ev.score:.3f}"]]))
         click.echo(f"success {ev.success:.3f}  context tokens/episode {ev.context_tokens:.0f}  errors {ev.errors}  "
                    f"wall {time.perf_counter() - started:.1f}s")
     else:
-        click.echo(_table(["skills", "score", "success", "gain vs none", "normalised g", "context tokens"],
-                          gains_table(evals)))
+        click.echo(text_table(["skills", "score", "success", "gain vs none", "normalised g", "context tokens"],
+                              gains_table(evals)))
     first = next(iter(evals.values())).episodes[0].id[:8] if tasks else ""
     click.echo(f"traces: evolver traces --run {run.id}   (one: evolver traces --episode {first})")
 
@@ -316,7 +318,7 @@ def skills_log(obj: Ctx):
     repo = ProgramRepo(Path(obj.config().store))
     rows = [[r["id"], r.get("parent") or "", r.get("operator") or "", _fmt_scores(r.get("scores") or {}),
              " ".join(r.get("tags") or []), (r.get("message") or "")[:50]] for r in repo.log()]
-    click.echo(_table(["program", "parent", "operator", "scores", "tags", "message"], rows))
+    click.echo(text_table(["program", "parent", "operator", "scores", "tags", "message"], rows))
 
 
 @skills.command(name="diff")
@@ -360,7 +362,7 @@ def traces(obj: Ctx, sql, episode, run_id, limit):
                    f"round(score, 3) AS score, n_steps, prompt_tokens, error IS NOT NULL AS failed "
                    f"FROM episodes {where} ORDER BY created_at DESC LIMIT {int(limit)}")
         cols, rows = store.query(sql)
-    click.echo(_table(cols, [[("" if v is None else str(v))[:60] for v in r] for r in rows]))
+    click.echo(text_table(cols, [[("" if v is None else str(v))[:60] for v in r] for r in rows]))
 
 
 @cli.command()
@@ -381,7 +383,7 @@ def frontier(obj: Ctx):
     rows = [[m["program_id"], *[f"{m['metrics'][o.split(':')[0]]:.3f}" for o in objs]] for m in data["members"]]
     gate = f", admission gate {data['gate']} {data.get('level', 0.95):.0%}" if data.get("gate", "none") != "none" else ""
     click.echo(f"run {row['run_id']} (capacity {data['capacity']}{gate})")
-    click.echo(_table(["program", *objs], rows))
+    click.echo(text_table(["program", *objs], rows))
 
 
 @cli.command()
@@ -399,12 +401,6 @@ def report(obj: Ctx, run_id):
 def _fmt_scores(scores: dict) -> str:
     return " ".join(f"{k}={v:.3f}" if isinstance(v, (int, float)) else f"{k}={v}" for k, v in sorted(scores.items())
                     if k.endswith("score") or k.endswith("context_tokens"))
-
-
-def _table(cols: list[str], rows: list[list]) -> str:
-    widths = [max(len(str(c)), *(len(str(r[i])) for r in rows)) if rows else len(str(c)) for i, c in enumerate(cols)]
-    line = lambda vals: "  ".join(str(v).ljust(w) for v, w in zip(vals, widths)).rstrip()
-    return "\n".join([line(cols), line(["-" * w for w in widths])] + [line(r) for r in rows])
 
 
 DEFAULT_TOML = """\

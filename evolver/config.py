@@ -112,6 +112,8 @@ class LoopConfig(Strict):
 
 
 class Config(Strict):
+    """A run's configuration (``evolver.toml`` plus ``--set`` overrides), validated; every field documented."""
+
     benchmark: str = "twx"
     """Benchmark plugin name."""
     benchmark_options: dict[str, Any] = Field(default_factory=lambda: {"suite": "twx-easy"})

@@ -25,6 +25,7 @@ GOLD_MODEL = "gold"
 
 
 def has_gold(task: Task) -> bool:
+    """Whether ``task.gold`` is a list of actions (a path a demonstration can replay)."""
     return isinstance(task.gold, list) and len(task.gold) > 0 and all(isinstance(a, str) for a in task.gold)
 
 

@@ -7,11 +7,11 @@ class EvolverError(Exception):
 
 
 class ConfigError(EvolverError):
-    pass
+    """A bad configuration value or option; the message names the key and what it accepts."""
 
 
 class PluginError(EvolverError):
-    pass
+    """A plugin that cannot load, or that rejected the options it was made with."""
 
 
 class UnknownNameError(EvolverError):
@@ -32,7 +32,7 @@ class SkillError(EvolverError):
 
 
 class StoreLockedError(EvolverError):
-    pass
+    """The trace store is open in another process (DuckDB allows one writer)."""
 
 
 class QueryError(EvolverError):
@@ -40,7 +40,7 @@ class QueryError(EvolverError):
 
 
 class ProgramRepoError(EvolverError):
-    pass
+    """A git operation on the program repository failed, or a program reference does not resolve."""
 
 
 class BackendError(EvolverError):
@@ -48,4 +48,4 @@ class BackendError(EvolverError):
 
 
 class BenchmarkError(EvolverError):
-    pass
+    """A systemic benchmark failure (the game engine died, a dataset is missing); never a bad action."""

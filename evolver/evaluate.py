@@ -312,6 +312,7 @@ def run_tool(ctx: ProgramContext, action: Action) -> str:
 
 
 def summarize(program_id: str, split: str, episodes: list[Episode]) -> Evaluation:
+    """The :class:`Evaluation` of a program's episodes on one split: mean score and success, per category, tokens."""
     n = len(episodes)
     if n == 0:
         return Evaluation(program_id, split, 0.0, 0.0, 0, 0.0, 0.0)

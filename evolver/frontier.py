@@ -92,6 +92,9 @@ def dominates(a: dict, b: dict, objectives: list[Objective]) -> bool:
 
 @dataclass
 class Frontier:
+    """The run's non-dominated programs (``members``, at most ``capacity``) under ``objectives``; ``consider``
+    decides an admission by the rules above, ``best()`` is the member first on the primary objective."""
+
     objectives: list[Objective]
     capacity: int = 3
     members: list[Member] = field(default_factory=list)

@@ -58,11 +58,15 @@ from evolver.errors import EvolverError
 from evolver.skills import Skill, load_skills
 from evolver.types import Program, Task
 
-SEED_DIR = Path(__file__).parent / "seed"
+SEED_DIR = Path(__file__).parent / "seed"  # the default harness, prompt.md and seed skills of a new program
+#: The harness contract above, as text: what the Meta-Harness proposer shows the model that rewrites harnesses.
+HARNESS_INTERFACE: str = __doc__ or ""
 
 
 @dataclass
 class Action:
+    """What ``parse`` turns a model output into: an environment action, or a tool call with its args."""
+
     env_action: str | None = None  # sent to the environment
     tool: str | None = None  # or a tool call: "read_skill", "run_skill"
     args: list[str] = field(default_factory=list)
@@ -143,6 +147,8 @@ def load_harness_class(program_root: str | Path) -> type:
 
 def program_context(program: Program, select: Callable | None = None,
                     count_tokens: Callable[[str], int] | None = None) -> ProgramContext:
+    """What a harness sees of ``program`` (prompt, skills); ``select(task, k)`` picks skill bodies (default:
+    lexical relevance). Inside a run, use ``run.context(program)``: it routes selection through the hook."""
     root = Path(program.root)
     prompt_path = root / "prompt.md"
     prompt = prompt_path.read_text() if prompt_path.exists() else ""

@@ -35,7 +35,7 @@ def register_proposers(register):
     """Register proposers (EvoSkill, Meta-Harness, ...).
 
     :param register: ``register(name, factory, description="")``; ``factory(run, **options)`` returns an
-        object with ``propose(ctx) -> list[Candidate]`` (see :mod:`evolver.proposers`).
+        object with ``propose(ctx) -> list[Draft]`` (``evolver.Proposer``; see :mod:`evolver.proposers`).
     """
 
 
@@ -52,7 +52,8 @@ def register_trainers(register):
 
 @hookspec
 def register_harnesses(register):
-    """Register harness implementations that ``evolver init --harness NAME`` can seed a program with.
+    """Register harness implementations a new workspace's seed program can start from (config key
+    ``harness = "NAME"``, default ``"default"``).
 
     :param register: ``register(name, source_path, description="")``: the path of a Python file that
         defines ``class Harness`` (see :mod:`evolver.harness`).
@@ -64,7 +65,7 @@ def register_selectors(register):
     """Register parent-selection strategies.
 
     :param register: ``register(name, factory, description="")``; ``factory()`` returns a callable
-        ``select(frontier, state) -> member``.
+        ``select(frontier, iteration, history) -> member``.
     """
 
 

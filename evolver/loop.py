@@ -53,6 +53,8 @@ def seed_files(harness: str = "default", skills: list[str] = ()) -> Path:
 
 
 def ensure_seed(run: Run) -> Program:
+    """The workspace's seed program (id ``seed``): the configured harness, prompt and seed skills, committed
+    on the first call and recorded under ``run``; later calls check it out."""
     skills = run.config.seed_skills
     files = seed_files(run.config.harness, getattr(run.benchmark, "seed_skills", []) if skills is None else skills)
     try:

@@ -196,6 +196,8 @@ def get(kind: str, name: str) -> Entry:
 
 
 def make(kind: str, name: str, **options: Any) -> Any:
+    """Build a registered ``kind`` (``"backend"``, ``"benchmark"``, ...) by name: ``factory(**options)``.
+    Unknown names raise :class:`UnknownNameError` listing the known ones; rejected options, :class:`PluginError`."""
     entry = get(kind, name)
     try:
         return entry.factory(**options)

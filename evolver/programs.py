@@ -97,6 +97,9 @@ def _now() -> str:
 
 
 class ProgramRepo:
+    """The program repository (``<workspace>/programs``, git): one branch per candidate, tags for frontier
+    members; ``checkout(ref)`` gives a :class:`evolver.Program`, ``manifest(ref)`` its program.toml."""
+
     def __init__(self, root: Path):
         self.root = Path(root).resolve()
         self.path = self.root / "programs"

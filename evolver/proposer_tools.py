@@ -27,6 +27,8 @@ STORE_TABLES = ("episodes(episode_id, run_id, program_id, task_id, category, spl
 
 @dataclass
 class Tools:
+    """The read-only LIST / READ / GREP tools over ``root``, and SQL over ``store`` when given (module docstring)."""
+
     root: Path
     store: Any = None  # evolver.store.Store; None: no SQL tool
     max_chars: int = 4000

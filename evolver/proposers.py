@@ -16,6 +16,7 @@ logged as a rejected proposal); a draft it cannot finish it returns with ``draft
 """
 from __future__ import annotations
 
+import abc
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -25,6 +26,9 @@ from evolver.types import Episode, Program, Proposal
 
 @dataclass
 class Draft:
+    """One candidate being built: a worktree on a new branch from the parent (``path``) that the proposer
+    edits; the loop commits it. Made by ``ctx.new_draft``, never directly."""
+
     candidate_id: str
     proposal: Proposal
     path: Path  # the worktree to edit
@@ -45,6 +49,10 @@ class Draft:
 
 @dataclass
 class ProposeContext:
+    """What a proposer gets each iteration: the parent, its failures and contrasting successes (with
+    steps), the run's proposal history, the frontier, how many candidates to build (``n``) and
+    ``new_draft`` to start each one."""
+
     run: Any  # evolver.run.Run
     iteration: int
     parent: Program
@@ -55,3 +63,15 @@ class ProposeContext:
     n: int  # how many candidates this proposer should build now
     new_draft: Callable[..., Draft] = None  # new_draft(operator, hypothesis, parent_id=None, detail=None)
     extra: dict = field(default_factory=dict)
+
+
+class Proposer(abc.ABC):
+    """Base class of proposers (EvoSkill, Meta-Harness, GRPO, ...). Subclassing is optional: the loop only
+    calls :meth:`propose` on what the registered ``factory(run, **options)`` returns (the options are the
+    config's ``[plugins.NAME]`` table; validate them in the constructor, so a bad one fails at start-up)."""
+
+    @abc.abstractmethod
+    def propose(self, ctx: ProposeContext) -> list[Draft]:
+        """Build at most ``ctx.n`` drafts with ``ctx.new_draft(operator, hypothesis)``, edit the files under
+        each ``draft.path`` (or ``draft.reject(reason)`` one it cannot finish) and return them. Never commit,
+        evaluate or touch the frontier: the loop does (see the module docstring)."""

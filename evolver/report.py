@@ -7,6 +7,13 @@ import json
 from pathlib import Path
 
 
+def text_table(cols: list[str], rows: list[list]) -> str:
+    """A plain-text table for the terminal: a header, a rule, one line per row, columns padded to fit."""
+    widths = [max(len(str(c)), *(len(str(r[i])) for r in rows)) if rows else len(str(c)) for i, c in enumerate(cols)]
+    line = lambda vals: "  ".join(str(v).ljust(w) for v, w in zip(vals, widths)).rstrip()
+    return "\n".join([line(cols), line(["-" * w for w in widths])] + [line(r) for r in rows])
+
+
 def normalised_gain(p_skill: float, p_none: float) -> float | None:
     """SkillsBench's g = (P_skill - P_none) / (1 - P_none); None when the baseline is perfect."""
     return None if p_none >= 1.0 else (p_skill - p_none) / (1.0 - p_none)

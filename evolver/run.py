@@ -54,11 +54,38 @@ class CountingBackend(Backend):
     def count_tokens(self, text: str) -> int:
         return self.inner.count_tokens(text)
 
+    @property
+    def base_model(self) -> str:
+        return self.inner.base_model
+
     def __getattr__(self, name: str) -> Any:  # tokenizer, hf_model, load_weights, ...
         return getattr(self.inner, name)
 
 
 class Run:
+    """The run handle that the loop, proposers, trainers and hooks get. Plugins read these; new ones
+    arrive as new attributes.
+
+    Attributes:
+        id: the run's id (``evolver run``'s look like ``20250101-120000-abcd``; trainers and plugins
+            name theirs ``train-...``, ``<run>-grpo-it3``, ...).
+        config: the validated :class:`evolver.Config`; a plugin's options are ``config.plugins[NAME]``.
+        store: the trace store (:class:`evolver.Store`): episodes, programs, proposals, train steps.
+        repo: the program repository (:class:`evolver.ProgramRepo`): ``checkout(ref)``, manifests, tags.
+        workspace: the workspace folder (``config.store``) that holds both, checkpoints and reports.
+        frontier: the :class:`evolver.Frontier` of non-dominated programs.
+        benchmark: the configured :class:`evolver.Benchmark`, made on first use.
+        iteration: the loop's current iteration (-1 before the first).
+        resumed: True when this run continues a stopped one.
+        tokens: tokens spent per role (``backend(role)`` counts them).
+        started: the wall-clock start (``time.time()``); ``elapsed()`` is the seconds since.
+        status: one line for the progress display; set it to say what a long step is doing.
+
+    Methods: ``backend(role)``, ``executor_for(program)``, ``checkpoint_of(program)``,
+    ``context(program)`` (what a harness sees, skills through the ``select_skills`` hook),
+    ``commit_child(...)``, ``training_run(program, run_id)``, ``log(message)``, ``record()``, ``close()``.
+    """
+
     def __init__(self, config: Config, store, repo, run_id: str | None = None, resumed: bool = False,
                  console=None):
         self.config = config

@@ -41,6 +41,8 @@ class SkillCaps:
 
 @dataclass
 class Skill:
+    """A parsed skill folder (see the module docstring); make one with :func:`parse_skill` or :func:`write_skill`."""
+
     name: str
     description: str
     body: str
@@ -72,6 +74,8 @@ def normalise_body(body: str) -> str:
 
 
 def check_name(name: object, path: Path | str, line: int | None = None) -> str:
+    """``name`` if it is a valid skill name (lowercase words joined by hyphens, at most 64 characters), else
+    a :class:`SkillError` at ``path`` (``line``) that says how to fix it."""
     if name is None or (isinstance(name, str) and not name.strip()):
         raise SkillError(path, "missing `name`: add `name: <folder-name>` to the front matter", line)
     if not isinstance(name, str):

@@ -52,6 +52,8 @@ class Observation:
 
 @dataclass
 class Message:
+    """One chat message."""
+
     role: str  # "system" | "user" | "assistant"
     content: str
 
@@ -73,6 +75,8 @@ class GenRequest:
 
 @dataclass
 class GenResult:
+    """A backend's answer to one :class:`GenRequest`; a failed request has ``error`` set and ``text == ""``."""
+
     text: str
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -103,6 +107,8 @@ class ChoiceRequest:
 
 @dataclass
 class ChoiceResult:
+    """A backend's answer to one :class:`ChoiceRequest`: the chosen option's ``index`` and every option's score."""
+
     index: int
     scores: list[float]
     prompt_tokens: int = 0

@@ -9,9 +9,7 @@ after one step. See ``evolver/benchmarks/base.py`` for the contract.
 """
 import random
 
-from evolver.benchmarks.base import SPLITS, Benchmark, Env
-from evolver.hookspecs import hookimpl
-from evolver.types import Observation, Task
+from evolver import SPLITS, Benchmark, Env, Observation, Task, hookimpl
 
 WORDS = ["planet", "garden", "silver", "rocket", "window", "forest", "candle", "bridge", "puzzle", "harbor"]
 SPLIT_BASE = {"train": 0, "dev": 10_000, "test": 20_000}  # disjoint seed ranges: splits never share a task

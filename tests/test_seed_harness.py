@@ -112,13 +112,22 @@ def test_skills_with_an_observe_script_annotate_what_they_compute(tmp_path):
     room = "You see a counter that has 33 papayas, 2 bananas, and 20 peaches on it. There is also a math problem."
     task = Task("t", "b", "train", "arithmetic", prompt="Your first task is to solve the math problem.\n\n" + room)
     state = harness.start(task, Observation(room))
-    assert state["tool_notes"] == []  # no problem stated yet, nothing to sort: no note
+    assert state["observed"] == {}  # no problem stated yet, nothing to sort: no note
     harness.observe(state, Action(env_action="read math problem"),
                     "Your task is to solve the following math problem: divide 22 by 11 .  Then, pick up the item.")
     prompt = harness.next_call(state, Observation("x", actions=["take 2 bananas", "take 20 peaches"])).messages[1].content
-    assert "[arithmetic-word-problems] divide 22 by 11 = 2. The answer is 2." in prompt
+    # The script sees the whole episode: the answer, and the object in the room that carries it.
+    assert "[arithmetic-word-problems] divide 22 by 11 = 2. The answer is 2. Next: take 2 bananas." in prompt
+    harness.observe(state, Action(env_action="take 2 bananas"), "You take the 2 bananas.")
+    prompt = harness.next_call(state, Observation("x", actions=["put 2 bananas in box"])).messages[1].content
+    assert "Next: put 2 bananas in box." in prompt and prompt.count("[arithmetic-word-problems]") == 1
     task = Task("s", "b", "train", "sorting", prompt="Your task is to sort objects by quantity.\n\n"
                 "A counter that has 21kg of marble, and 15kg of cedar on it. A chair that has 47g of brick on it.")
     state = harness.start(task, Observation("x"))
-    assert state["tool_notes"] == ["[quantity-order] From smallest to largest: 47g of brick, 15kg of cedar, "
-                                   "21kg of marble."]
+    assert state["observed"] == {"quantity-order": "[quantity-order] Next: take 47g of brick. From smallest to "
+                                                   "largest: 47g of brick, 15kg of cedar, 21kg of marble."}
+    for action, text in [("take 47g of brick", "You take the 47g of brick."),
+                         ("put 47g of brick in box", "You put the 47g of brick in the box.")]:
+        harness.observe(state, Action(env_action=action), text)
+    assert state["observed"]["quantity-order"].startswith("[quantity-order] Next: take 15kg of cedar.")
+    assert state["observed"]["quantity-order"].endswith("In the box: 47g of brick.")

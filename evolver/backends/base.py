@@ -21,6 +21,12 @@ WRITTEN_CHOICE_TOKENS = 32  # the most a written choice may take
 
 
 class Backend(abc.ABC):
+    """A model that answers batches of generations and choices (see the module docstring for the contract).
+
+    Subclasses implement :meth:`generate`; :meth:`choose` writes and matches unless overridden by a
+    backend that scores options. A local backend may add ``tokenizer``, ``load_weights(state, model_id)``
+    and token ids / log-probs in its results (``GenRequest.logprobs``); trainers use those."""
+
     name: str = "base"
     #: A string that identifies the weights (e.g. "smollm2-135m-instruct@<hash>"): part of cache keys.
     model: str = ""
@@ -29,6 +35,13 @@ class Backend(abc.ABC):
     #: Where a written choice ends (the default ``choose`` writes, then matches an option): options
     #: are one line (actions, answers).
     choice_stop: list[str] | None = ["\n"]
+
+    @property
+    def base_model(self) -> str:
+        """The id of the weights the backend was made with, before any training changed ``model``
+        (``load_weights``): trainers name the versions they train after it. ``model`` for a backend
+        whose weights never change."""
+        return self.model
 
     @abc.abstractmethod
     def generate(self, requests: list[GenRequest]) -> list[GenResult]:

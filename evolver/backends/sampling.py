@@ -32,6 +32,8 @@ from evolver.types import ChoiceRequest, ChoiceResult, GenRequest, GenResult, st
 
 
 class SampledBackend(Backend):
+    """``inner`` played at ``temperature``, every request with a seed of its own (see the module docstring)."""
+
     name = "sampled"
     scores_options = False  # a written choice is sampled through :meth:`generate`
     #: The evaluator sets each request's seed from its episode for a backend with this flag.
@@ -47,6 +49,10 @@ class SampledBackend(Backend):
     def model(self) -> str:  # type: ignore[override]
         extra = (f",seed={self.seed}" if self.seed else "") + (f",max={self.max_tokens}" if self.max_tokens else "")
         return f"{self.inner.model}~sampled(t={self.temperature:g}{extra})"
+
+    @property
+    def base_model(self) -> str:
+        return self.inner.base_model
 
     @property
     def choice_stop(self) -> list[str] | None:  # type: ignore[override]

@@ -145,6 +145,11 @@ class TransformersBackend(PrefixCache, ChoiceScoring, Backend):
         return ids
 
     @property
+    def base_model(self) -> str:
+        """The weights this backend loaded at construction (``model`` changes with ``load_weights``)."""
+        return self._base_model
+
+    @property
     def device(self) -> torch.device:
         return next(self.hf_model.parameters()).device
 

@@ -73,6 +73,11 @@ class VLLMBackend(Backend):
         self.tokenizer = self.llm.get_tokenizer()
         self.context_window = _max_model_len(self.llm, self.tokenizer)
 
+    @property
+    def base_model(self) -> str:
+        """The weights this backend loaded at construction (``model`` changes with ``load_weights``)."""
+        return self._base_model
+
     # --------------------------------------------------------------------------------- helpers
     def chat_ids(self, messages) -> list[int]:
         msgs = [{"role": m.role, "content": m.content} for m in messages]

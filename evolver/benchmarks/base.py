@@ -19,6 +19,8 @@ SPLITS = ("train", "dev", "test")
 
 
 class Env(abc.ABC):
+    """One episode's environment: ``reset()``, then ``step(action)`` until an observation says ``done``."""
+
     @abc.abstractmethod
     def reset(self) -> Observation:
         """Start the episode; the first observation."""
@@ -32,6 +34,9 @@ class Env(abc.ABC):
 
 
 class Benchmark(abc.ABC):
+    """A source of tasks per split and an environment per task (see the module docstring for the contract).
+    Registered with ``register_benchmarks(register)`` as ``factory(**options)``."""
+
     name: str = "base"
     #: Task categories; training batches are sampled across them.
     categories: list[str] = []

@@ -47,7 +47,7 @@ FOLD = 4  # steps leaving the window together, >= 1 (the window holds HISTORY_ST
 NOTES = 3  # older observations kept as notes once they leave the window
 NOTE_CHARS = 300  # one note's share of the context
 LOOP_GUARD = True  # hold back actions already taken in the same state
-OBSERVERS = True  # run the scripts skills offer as observers (front matter metadata.observe) on new text
+OBSERVERS = True  # run the scripts skills offer as observers (front matter metadata.observe) after each step
 MAX_OBS_CHARS = 1200  # one observation's share of the context
 ACTION_TOKENS = 24  # output budget per free-text action
 
@@ -60,24 +60,28 @@ class Harness:
         # An observer's body is not injected: what it computes reaches the prompt as its note.
         injected = [k for k in self.program.select_skills(task, INJECT_SKILLS) if not self.observer(k)[0]] \
             if INJECT_SKILLS else []
-        state = {"task": task, "history": [], "injected": injected, "tool_notes": [], "tried": set()}
-        self.run_observers(state, f"{task.prompt}\n{obs.text}")
+        state = {"task": task, "history": [], "injected": injected, "tool_notes": [], "tried": set(),
+                 "transcript": f"{task.prompt}\n\n{obs.text}", "observed": {}}
+        self.run_observers(state)
         return state
 
-    def run_observers(self, state, text):
+    def run_observers(self, state):
         """Skills whose front matter names an ``observe`` script (and ``observe_when``, a pattern the
-        text must match) get it run on the task and on each new observation; what it prints becomes a
-        note. A small model cannot be relied on to call a tool, but it can copy a number it is shown:
-        twx's arithmetic and sorting need exact computation that a 135M model does not do."""
+        transcript must match) get it run on the episode's transcript so far (the task, then each
+        action as ``> action`` and what came back) after every step; its latest output is shown as
+        a note. A small model cannot be relied on to call a tool, but it can copy what it is shown:
+        twx's arithmetic and sorting need exact computation that a 135M model does not do, and a
+        script that sees the whole episode can also say what is done and what comes next."""
         if not OBSERVERS:
             return
+        text = state["transcript"]
         for skill in self.program.skills:
             script, when = self.observer(skill)
             if not script or (when and not re.search(when, text, re.I)):
                 continue
             out = self.program.run_skill(skill.name, script, stdin=text)
             if out:
-                state["tool_notes"].append(f"[{skill.name}] {out[:NOTE_CHARS]}")
+                state["observed"][skill.name] = f"[{skill.name}] {out[:NOTE_CHARS]}"
 
     @staticmethod
     def observer(skill):
@@ -114,7 +118,7 @@ class Harness:
             # The latest step's result is the observation below: shown once, not twice.
             shown = [f"> {a}\n{o[:300]}" for a, o in recent[:-1]] + [f"> {recent[-1][0]}"]
             lines.append("Recent steps:\n" + "\n".join(shown))
-        lines += state["tool_notes"][-2:]
+        lines += state["tool_notes"][-2:] + list(state["observed"].values())
         text = obs.text.strip()[:MAX_OBS_CHARS]
         if history or text not in task:  # (a first observation the task text holds is not repeated)
             lines.append(f"Observation: {text}")
@@ -189,4 +193,5 @@ class Harness:
             state["tool_notes"].append(f"[{action.tool} {' '.join(action.args)}]\n{text[:MAX_OBS_CHARS]}")
         else:
             state["history"].append((action.env_action or "", text))
-            self.run_observers(state, text)
+            state["transcript"] += f"\n> {action.env_action or ''}\n{text}"
+            self.run_observers(state)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 
-from evolver.hookspecs import hookimpl
+from evolver import hookimpl
 
 _RUN_RETRIEVERS: dict[tuple, object] = {}
 _RUN_LOCK = threading.Lock()

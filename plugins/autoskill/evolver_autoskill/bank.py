@@ -21,7 +21,7 @@ import subprocess
 import threading
 from pathlib import Path
 
-from evolver.errors import EvolverError
+from evolver import EvolverError
 from evolver_autoskill.card import SkillCard, read_card, write_card
 
 _SCOPE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")

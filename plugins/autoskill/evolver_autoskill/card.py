@@ -12,8 +12,7 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from evolver.errors import EvolverError
-from evolver.skills import Skill, check_name, parse_skill, write_skill
+from evolver import EvolverError, Skill, check_name, parse_skill, write_skill
 
 
 class SkillCapError(EvolverError):

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import click
 
-from evolver.errors import EvolverError
+from evolver import EvolverError
 
 
 def _workspace(obj, extra: list[str] = ()):
-    from evolver.store import Store
+    from evolver import Store
 
     config = obj.config(list(extra))
     root = Path(config.store)
@@ -20,13 +20,13 @@ def _workspace(obj, extra: list[str] = ()):
 
 def _backend(config, role: str, cache: dict):
     """Roles naming the same backend share one instance (one copy of the weights) behind one lock."""
-    from evolver import plugins
+    from evolver import make_plugin
     from evolver_autoskill.serve import LockedBackend
 
     rc = config.role(role)
     key = (rc.backend, rc.model, json.dumps(rc.options, sort_keys=True, default=repr))
     if key not in cache:
-        cache[key] = LockedBackend(plugins.make("backend", rc.backend, model=rc.model, **rc.options))
+        cache[key] = LockedBackend(make_plugin("backend", rc.backend, model=rc.model, **rc.options))
     return cache[key]
 
 
@@ -41,7 +41,7 @@ def _backend(config, role: str, cache: dict):
 @click.pass_obj
 def serve(obj, host, port, backend, model, bare, no_learn, overrides):
     """OpenAI-compatible chat server with AutoSkill: rewrite, retrieve, inject, answer, learn."""
-    from evolver import plugins
+    from evolver import make_plugin
     from evolver_autoskill.options import load_options
     from evolver_autoskill.serve import Server, build_app
     from evolver_autoskill.service import AutoSkillService
@@ -65,7 +65,7 @@ def serve(obj, host, port, backend, model, bare, no_learn, overrides):
         if options.gate_benchmark and not bare:
             from evolver_autoskill.gate import BenchmarkValidator, OutcomeGate
 
-            bench = plugins.make("benchmark", options.gate_benchmark)
+            bench = make_plugin("benchmark", options.gate_benchmark)
             tasks = bench.tasks(options.gate_split, per_category=options.gate_per_category)
             gate = OutcomeGate(BenchmarkValidator(bench, answer, tasks), options.gate_tolerance)
         service = AutoSkillService(root / "autoskill", store, options, judge_backend=judge, gate=gate)

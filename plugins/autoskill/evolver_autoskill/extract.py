@@ -17,8 +17,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
-from evolver.skills import tokens
-from evolver.types import Episode, GenRequest, Message
+from evolver import Episode, GenRequest, Message, tokens
 from evolver_autoskill.card import SkillCard, slug
 
 DURABLE = re.compile(

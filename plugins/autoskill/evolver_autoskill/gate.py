@@ -95,10 +95,7 @@ class BenchmarkValidator:
         self.benchmark, self.backend, self.tasks, self.prompt = benchmark, backend, tasks, prompt
 
     def __call__(self, skills_dir: Path) -> float:
-        from evolver.evaluate import run_episodes
-        from evolver.harness import SEED_DIR, program_context
-        from evolver.programs import content_hash
-        from evolver.types import Program
+        from evolver import SEED_DIR, Program, content_hash, program_context, run_episodes
 
         root = Path(tempfile.mkdtemp(prefix="autoskill-val-"))
         try:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass, field, replace
 
-from evolver.types import GenRequest, Message
+from evolver import GenRequest, Message
 from evolver_autoskill.bank import SkillBank
 from evolver_autoskill.card import SkillCard, bump
 from evolver_autoskill.extract import Candidate, _dedupe, card_from_json, parse_json_object

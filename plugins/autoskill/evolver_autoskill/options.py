@@ -5,7 +5,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from evolver.errors import ConfigError
+from evolver import ConfigError
 
 
 class AutoSkillOptions(BaseModel):

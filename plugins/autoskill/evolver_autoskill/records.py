@@ -9,7 +9,7 @@ import json
 import uuid
 from datetime import datetime, timezone
 
-from evolver.store_schema import dumps
+from evolver import store_json
 from evolver_autoskill.retrieval import Retrieval
 
 
@@ -27,8 +27,8 @@ def log_retrieval(store, scope: str, source: str, ref: str, retrieval: Retrieval
     rid = uuid.uuid4().hex
     now = _now()
     store.query("INSERT INTO autoskill_retrievals VALUES (?, ?, ?, ?, ?, ?::JSON, ?::JSON, ?, ?)",
-                [rid, scope, source, ref, retrieval.query, dumps(retrieval.names), dumps(retrieval.decisions()),
-                 retrieval.latency_s, now])
+                [rid, scope, source, ref, retrieval.query, store_json(retrieval.names),
+                 store_json(retrieval.decisions()), retrieval.latency_s, now])
     hits = retrieval.hits
     if hits:
         store.query("INSERT INTO autoskill_usage SELECT ?, ?, ?, unnest(?::VARCHAR[]), unnest(?::BOOLEAN[]), "
@@ -42,7 +42,7 @@ def log_retrieval(store, scope: str, source: str, ref: str, retrieval: Retrieval
 def log_conversation(store, conversation_id: str, thread_id: str, scope: str, model: str, messages: list,
                      response: str, query: str, injected: list[str], latency_s: float) -> None:
     store.query("INSERT INTO autoskill_conversations VALUES (?, ?, ?, ?, ?::JSON, ?, ?, ?::JSON, ?, NULL, ?)",
-                [conversation_id, thread_id, scope, model, dumps(messages), response, query, dumps(injected),
+                [conversation_id, thread_id, scope, model, store_json(messages), response, query, store_json(injected),
                  latency_s, _now()])
 
 
@@ -66,7 +66,8 @@ def retrievals(store, scope: str | None = None) -> list[dict]:
 def log_event(store, scope: str, action: str, skill: str | None, version: str | None, commit: str | None,
               evidence: list[str], reason: str, detail: dict | None = None) -> None:
     store.query("INSERT INTO autoskill_events VALUES (?, ?, ?, ?, ?, ?::JSON, ?, ?::JSON, ?)",
-                [scope, action, skill, version, commit, dumps(list(evidence)), reason, dumps(detail or {}), _now()])
+                [scope, action, skill, version, commit, store_json(list(evidence)), reason, store_json(detail or {}),
+                 _now()])
 
 
 def events(store, scope: str | None = None) -> list[dict]:

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 import bm25s
 import numpy as np
 
-from evolver.skills import tokens
+from evolver import tokens
 from evolver_autoskill.card import SkillCard
 
 

@@ -16,8 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from evolver.skills import tokens
-from evolver.types import GenRequest, Message
+from evolver import GenRequest, Message, tokens
 from evolver_autoskill.extract import DURABLE
 
 

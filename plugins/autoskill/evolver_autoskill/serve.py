@@ -32,9 +32,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
-from evolver.backends.base import Backend
-from evolver.errors import BackendError
-from evolver.types import GenRequest, GenResult, Message
+from evolver import Backend, BackendError, GenRequest, GenResult, Message
 from evolver_autoskill import records
 from evolver_autoskill.retrieval import Retrieval, render_skills
 

@@ -1,5 +1,5 @@
 """EvoSkill for evolver: failure-driven skill discovery (``evolver run --proposer evoskill``)."""
-from evolver.hookspecs import hookimpl
+from evolver import hookimpl
 
 
 @hookimpl

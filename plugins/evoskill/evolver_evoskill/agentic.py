@@ -8,8 +8,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from evolver.proposer_tools import Tools, converse
-from evolver.types import Message
+from evolver import Message, Tools, converse
 
 SYSTEM = ("You improve an AI agent by giving it skills. Investigate its failures with the tools, then "
           "propose ONE skill to create or edit. Tools, one per message, on a line of its own "

@@ -24,9 +24,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from evolver.skill_quality import content_problems
-from evolver.skills import SkillCaps, load_skills, parse_skill, write_skill
-from evolver.types import GenRequest, Message
+from evolver import GenRequest, Message, Proposer, SkillCaps, content_problems, load_skills, parse_skill, write_skill
 
 from evolver_evoskill import agentic
 from evolver_evoskill.render import fit, render_history, render_skills, render_trace, with_cuts
@@ -65,7 +63,7 @@ class Options(BaseModel):
     an isolated judge wrote from the task and the transcript only; one revision, then reject."""
 
 
-class EvoSkillProposer:
+class EvoSkillProposer(Proposer):
     def __init__(self, run, **options):
         self.run = run
         self.options = Options(**options)
@@ -360,8 +358,7 @@ def _load(root: Path):
 
 
 def _validate(folder: Path) -> list[str]:
-    from evolver.skills import validate_skill
-    from evolver.errors import SkillError
+    from evolver import SkillError, validate_skill
 
     try:
         return validate_skill(parse_skill(folder), SkillCaps())

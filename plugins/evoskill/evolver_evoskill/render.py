@@ -17,8 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from evolver.trace_format import brief_step, gold_text
-from evolver.types import Episode
+from evolver import Episode, brief_step, gold_text
 
 
 @dataclass(frozen=True)

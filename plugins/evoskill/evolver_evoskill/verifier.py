@@ -19,9 +19,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from evolver.evaluate import run_episodes
-from evolver.programs import content_hash
-from evolver.types import Episode, GenRequest, Message, Program
+from evolver import Episode, GenRequest, Message, Program, content_hash, run_episodes
 
 PROMPT = ("You check an AI agent's work. Below is a task and what the agent did. Write 1 to 4 assertions a "
           "correct solution must satisfy, one per line, as\nASSERT: <text the transcript must contain>\n"

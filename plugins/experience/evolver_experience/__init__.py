@@ -9,7 +9,7 @@ on dev with its own weights and lets the frontier decide, exactly as for a skill
 - ``expert-iteration``: the parent's own sampled rollouts on training tasks; the successful ones, and
   those that beat the parent's greedy play of the same task, become the fine-tuning data.
 """
-from evolver.hookspecs import hookimpl
+from evolver import hookimpl
 
 
 @hookimpl

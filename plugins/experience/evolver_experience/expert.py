@@ -45,7 +45,7 @@ class ExpertIterationProposer:
 
     def rollouts(self, ctx) -> tuple[list, dict]:
         """The kept episodes (with their steps) and counts for the hypothesis."""
-        from evolver.evaluate import evaluate_many
+        from evolver import evaluate_many
         from evolver_grpo.engines import RolloutBackend
         from evolver_skillrl.sft import demo_tasks
 

@@ -75,7 +75,7 @@ class ImitationProposer:
         if rounds >= self.cfg.max_rounds:
             run.log(f"imitation: {parent.id} has had {rounds} rounds (max_rounds {self.cfg.max_rounds})")
             return []
-        from evolver.demonstrations import replay_gold
+        from evolver import replay_gold
 
         plan = self.plan(parent, ancestors)
         upto = max(first + n for first, n in plan.values())

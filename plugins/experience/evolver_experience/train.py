@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic import ValidationError
 
-from evolver.errors import ConfigError
+from evolver import ConfigError
 
 
 def split_options(own_model, raw: dict, section: str, sft_defaults: dict | None = None) -> tuple:

@@ -5,7 +5,7 @@ skills in every prompt; options live under ``[plugins.grpo]`` (see :mod:`evolver
 """
 from __future__ import annotations
 
-from evolver.hookspecs import hookimpl
+from evolver import hookimpl
 
 __version__ = "0.1.0"
 

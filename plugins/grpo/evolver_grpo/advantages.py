@@ -17,7 +17,7 @@ from typing import Callable
 
 import numpy as np
 
-from evolver.errors import EvolverError
+from evolver import EvolverError
 
 
 @dataclass

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from evolver.errors import ConfigError
+from evolver import ConfigError
 
 
 class GRPOConfig(BaseModel):

@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import time
 
-from evolver.backends.base import Backend
-from evolver.backends.sampling import SampledBackend
-from evolver.errors import EvolverError
+from evolver import Backend, EvolverError, SampledBackend
 
 
 class RolloutBackend(SampledBackend):
@@ -108,7 +106,7 @@ def make_engine(run, name: str | None = None):
         return TransformersEngine(inner)
     if kind == "vllm":
         rc = run.config.role("executor")
-        from evolver.backends.embedded import embedded_model_dir
+        from evolver import embedded_model_dir
 
         return VLLMEngine(inner, rc.model or str(embedded_model_dir()))
     raise EvolverError(f"no rollout engine for backend {kind!r}: GRPO trains a local model, so set "

@@ -21,8 +21,7 @@ import inspect
 import torch
 from transformers import DynamicCache
 
-from evolver.backends.precision import use_autocast
-from evolver.backends.prefix_cache import length_groups
+from evolver import length_groups, use_autocast
 
 
 def split_model(model):

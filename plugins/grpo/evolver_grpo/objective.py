@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from evolver.errors import EvolverError
+from evolver import EvolverError
 
 AGGREGATIONS = ("sequence", "token", "constant")
 KL_ESTIMATORS = ("k1", "k2", "k3")

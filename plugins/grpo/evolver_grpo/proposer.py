@@ -14,10 +14,11 @@ other program plays with, is never trained in place. Options are the trainer's, 
 """
 from __future__ import annotations
 
+from evolver import Proposer
 from evolver_grpo.config import load
 
 
-class GRPOProposer:
+class GRPOProposer(Proposer):
     def __init__(self, run, **options):
         self.run = run
         self.options = dict(options)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from evolver.types import Episode
+from evolver import Episode
 from evolver_grpo.advantages import Trajectory
 
 

@@ -26,7 +26,7 @@ import time
 import numpy as np
 import torch
 
-from evolver.evaluate import evaluate_many, summarize
+from evolver import Trainer, evaluate_many, summarize
 from evolver_grpo import advantages as adv_mod
 from evolver_grpo.config import GRPOConfig, load
 from evolver_grpo.engines import RolloutBackend, make_engine
@@ -35,7 +35,7 @@ from evolver_grpo.objective import policy_loss, token_weights
 from evolver_grpo.samples import Sample, collect
 
 
-class GRPOTrainer:
+class GRPOTrainer(Trainer):
     def __init__(self, run, options: dict | None = None, engine=None, progress=None):
         self.run = run
         self.cfg: GRPOConfig = load(options if options is not None else run.config.plugins.get("grpo", {}))
@@ -50,7 +50,7 @@ class GRPOTrainer:
         self.rng = random.Random(cfg.seed)
         self.engine = self._engine or make_engine(run, cfg.engine)
         self.model = self.engine.learner()
-        self.base_id = getattr(self.engine.backend, "_base_model", self.engine.backend.model)
+        self.base_id = self.engine.backend.base_model
         if cfg.lora:
             from peft import LoraConfig, get_peft_model
 
@@ -67,13 +67,13 @@ class GRPOTrainer:
         self.program = run.repo.checkout(cfg.program)
         program = self.program
         if not cfg.skills:
-            from evolver.conditions import variant
+            from evolver import variant
 
             program, _ = variant(self.program, "none", [])
         self.ctx = run.context(program)
         self.tasks = run.benchmark.tasks(cfg.split, per_category=cfg.per_category)
         if not self.tasks:
-            from evolver.errors import EvolverError
+            from evolver import EvolverError
 
             raise EvolverError(f"benchmark {run.config.benchmark} has no {cfg.split} tasks to train on")
         self._queue: list = []

@@ -1,5 +1,5 @@
 """Meta-Harness for evolver: search over harness code (``evolver run --proposer meta-harness``)."""
-from evolver.hookspecs import hookimpl
+from evolver import hookimpl
 
 
 @hookimpl

@@ -25,8 +25,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from evolver.proposer_tools import Tools, converse
-from evolver.types import GenRequest, Message
+from evolver import GenRequest, Message, Proposer, Tools, converse
 
 from evolver_metaharness.answer import FORMAT, Answer, only_constants_changed, parse_answer
 from evolver_metaharness.render import render
@@ -61,7 +60,7 @@ class Options(BaseModel):
     """Where the workspace is written (default ``<store>/metaharness/<run id>``)."""
 
 
-class MetaHarnessProposer:
+class MetaHarnessProposer(Proposer):
     def __init__(self, run, **options):
         self.run = run
         self.options = Options(**options)

@@ -15,8 +15,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from evolver import harness as harness_module
-from evolver.trace_format import brief_step, gold_text
+from evolver import HARNESS_INTERFACE, brief_step, gold_text
 
 from evolver_metaharness.workspace import Export, TraceRef
 
@@ -111,7 +110,7 @@ def render(export: Export, parent_id: str, parent_code: str, frontier, threshold
            count_tokens, answer_format: str, load=None, focus: int = 0, note: str = "") -> Rendered:
     """The prompt for one candidate. ``load(ids)`` returns those episodes with their steps (the export
     holds them without); ``budget`` is in tokens as ``count_tokens`` counts them."""
-    head = ("## The harness interface\n" + (harness_module.__doc__ or "").strip() +
+    head = ("## The harness interface\n" + HARNESS_INTERFACE.strip() +
             f"\n\n## The harness to copy: candidates/{parent_id}/harness/harness.py\n```python\n{parent_code}```\n")
     tail = "\n" + (note + "\n\n" if note else "") + answer_format
     used = count_tokens(head) + count_tokens(tail)

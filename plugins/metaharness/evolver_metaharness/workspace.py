@@ -28,9 +28,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from evolver import harness as harness_module
-from evolver.trace_format import format_episode
-from evolver.types import Episode
+from evolver import HARNESS_INTERFACE, Episode, format_episode
 
 
 @dataclass
@@ -247,4 +245,4 @@ def _readme() -> str:
             "the exact context the model saw at each step: that is where a harness's mistakes show.\n\n"
             "Gold answers appear in traces for diagnosis only: a harness that contains a gold answer or a "
             "task id, or that reads a task's gold or seed, is rejected.\n\n"
-            "## The harness interface (evolver/harness.py)\n\n" + (harness_module.__doc__ or "").strip() + "\n")
+            "## The harness interface (evolver/harness.py)\n\n" + HARNESS_INTERFACE.strip() + "\n")

@@ -2,7 +2,7 @@
 problems, ...) with exact scoring, offline, split into train/dev/test by seed."""
 from __future__ import annotations
 
-from evolver.hookspecs import hookimpl
+from evolver import hookimpl
 
 __version__ = "0.1.0"
 

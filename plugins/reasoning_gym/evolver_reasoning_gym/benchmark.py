@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import re
 
-from evolver.benchmarks.base import Benchmark, Env
-from evolver.errors import BenchmarkError
-from evolver.types import Observation, Task
+from evolver import Benchmark, BenchmarkError, Env, Observation, Task
 
 DEFAULT_DATASETS = ["basic_arithmetic", "chain_sum", "gsm_symbolic"]
 SPLIT_OFFSET = {"train": 0, "dev": 1, "test": 2}

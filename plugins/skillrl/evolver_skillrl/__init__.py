@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 
-from evolver.hookspecs import hookimpl
+from evolver import hookimpl
 
 __version__ = "0.1.0"
 

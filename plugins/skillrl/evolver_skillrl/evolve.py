@@ -12,8 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from evolver.skills import Skill
-from evolver.types import Episode
+from evolver import Episode, Skill
 from evolver_skillrl.bank import BankEntry, counts
 from evolver_skillrl.distill import TRAINING_PURPOSES, Distiller, Item
 from evolver_skillrl.embed import cosine

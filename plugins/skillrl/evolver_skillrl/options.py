@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from evolver.errors import ConfigError
+from evolver import ConfigError
 
 
 class SkillRLOptions(BaseModel):
@@ -124,6 +124,11 @@ class SFTOptions(BaseModel):
     same loss and gradients (``evolver_grpo.logprobs``); 0: every sample in a row of its own. On
     twx-easy gold steps: 1.07x faster steps, 10% less peak memory (``bench/shared_prefix.py``)."""
     lr: float = 3e-5
+    schedule: Literal["constant", "linear", "cosine"] = "constant"
+    """The learning rate over the optimizer steps after warm-up: held, or decayed to 0 linearly or
+    along a half cosine."""
+    warmup: float = Field(0.0, ge=0.0, lt=1.0)
+    """Fraction of the optimizer steps over which the learning rate rises linearly from 0 to ``lr``."""
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
     autocast: bool | None = None

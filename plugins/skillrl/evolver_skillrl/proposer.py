@@ -11,14 +11,12 @@ worse is not kept. Bank growth (general / task / lesson) is in each proposal's d
 """
 from __future__ import annotations
 
-from evolver.config import ROLES
-from evolver.errors import ConfigError
+from evolver import ROLES, ConfigError, Proposer, replay_gold
 from evolver_skillrl.bank import counts, load_bank, write_entries
 from evolver_skillrl.distill import Distiller
 from evolver_skillrl.embed import embedder
 from evolver_skillrl.evolve import evolve, seed_entries
 from evolver_skillrl.options import load_options
-from evolver.demonstrations import replay_gold
 
 
 def make_distiller(run, options) -> Distiller:
@@ -43,7 +41,7 @@ def seed_from_gold(run, program, options, distiller=None):
                         embedder(options.embedder), options), gold
 
 
-class SkillRLProposer:
+class SkillRLProposer(Proposer):
     def __init__(self, run, **options):
         self.run = run
         self.options = load_options(dict(options))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from evolver.skills import Skill
+from evolver import Skill
 from evolver_skillrl.bank import tier_of
 from evolver_skillrl.embed import cosine
 

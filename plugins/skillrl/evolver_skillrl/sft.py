@@ -26,12 +26,9 @@ from pathlib import Path
 
 import torch
 
-from evolver.errors import EvolverError
-from evolver.evaluate import evaluate_many, summarize
-from evolver.types import Episode, Message
+from evolver import Episode, EvolverError, Message, evaluate_many, has_gold, replay_episodes, replay_gold, summarize
 from evolver_skillrl.bank import commit_bank, load_bank
 from evolver_skillrl.options import load_options, load_sft
-from evolver.demonstrations import has_gold, replay_episodes, replay_gold
 
 
 @dataclass
@@ -150,7 +147,7 @@ class SFTTrainer:
         self.model = self.engine.learner()
         self.model.eval()  # no dropout: the loss is over exactly the tokens the policy will produce
         freeze_below(self.model, self.cfg.train_layers)
-        self.base_id = getattr(self.engine.backend, "_base_model", self.engine.backend.model)
+        self.base_id = self.engine.backend.base_model
         # A resumed run trains on the program its first attempt prepared (a bank is seeded only once).
         self.program = self.run.repo.checkout(program_id) if program_id else self.prepare_program()
         self.ctx = self.run.context(self.program)
@@ -161,6 +158,8 @@ class SFTTrainer:
                                "raise it with --set plugins.sft.max_prompt_tokens=N")
         params = [p for p in self.model.parameters() if p.requires_grad]
         self.opt = torch.optim.AdamW(params, lr=self.cfg.lr, weight_decay=self.cfg.weight_decay)
+        per_epoch = -(-len(self.samples) // self.cfg.batch_size)
+        self.total_steps = min(self.cfg.steps or per_epoch * self.cfg.epochs, per_epoch * self.cfg.epochs)
 
     def batches(self):
         rng = random.Random(self.cfg.seed)
@@ -179,6 +178,9 @@ class SFTTrainer:
 
         t0 = time.perf_counter()
         self.opt.zero_grad(set_to_none=True)
+        lr = lr_at(n, self.total_steps, self.cfg.lr, self.cfg.warmup, self.cfg.schedule)
+        for group in self.opt.param_groups:
+            group["lr"] = lr
         # Token-level cross-entropy over the whole batch, accumulated over micro-batches of similar
         # length (less padding); each adds its share, so the gradient is the whole batch's.
         total = sum(len(s.completion_ids) for s in batch)
@@ -193,7 +195,7 @@ class SFTTrainer:
         params = [p for p in self.model.parameters() if p.requires_grad]
         gn = torch.nn.utils.clip_grad_norm_(params, self.cfg.max_grad_norm)
         self.opt.step()
-        row = {"step": n, "loss": loss_sum, "grad_norm": float(gn), "samples": len(batch), "tokens": total,
+        row = {"step": n, "loss": loss_sum, "grad_norm": float(gn), "lr": lr, "samples": len(batch), "tokens": total,
                "step_s": time.perf_counter() - t0, "trainer": "sft"}
         self.history.append(row)
         self.progress(row)
@@ -269,6 +271,21 @@ class SFTTrainer:
         self.history = list(state["history"])
         self.run.log(f"sft: resuming run {self.run.id} after step {state['step']}")
         return int(state["step"])
+
+
+def lr_at(step: int, total: int, peak: float, warmup: float, schedule: str) -> float:
+    """The learning rate of optimizer step ``step`` (1-based) of ``total``: a linear rise over the first
+    ``warmup`` fraction of them, then ``schedule`` (constant, linear or cosine decay towards 0; the
+    last step still moves the weights)."""
+    import math
+
+    rise = max(1, round(warmup * total)) if warmup > 0 else 0
+    if step <= rise:
+        return peak * step / (rise + 1)
+    if schedule == "constant":
+        return peak
+    left = (total - step + 1) / max(1, total - rise)  # 1 at the first step after warm-up, 1/len at the last
+    return peak * (left if schedule == "linear" else 0.5 * (1 - math.cos(math.pi * left)))
 
 
 def demo_tasks(benchmark, first: int, n: int) -> list:

@@ -16,13 +16,12 @@ Options: GRPO's under ``[plugins.grpo]`` (or ``[plugins.skillrl]``, which overri
 """
 from __future__ import annotations
 
-from evolver.errors import ConfigError, EvolverError
+from evolver import ConfigError, EvolverError, has_gold
 from evolver_grpo.trainer import GRPOTrainer
 from evolver_skillrl.bank import commit_bank, counts, load_bank
 from evolver_skillrl.embed import embedder
 from evolver_skillrl.evolve import evolve
 from evolver_skillrl.options import grpo_part, load_options
-from evolver.demonstrations import has_gold
 
 
 class SkillRLTrainer(GRPOTrainer):

@@ -220,3 +220,25 @@ def test_a_stopped_sft_resumes_exactly_and_resume_needs_a_saved_state(tmp_path, 
     with pytest.raises(EvolverError, match="saved no checkpoint"):
         SkillRLTrainer(run, {"eval_per_category": 1}).train(resume=True)  # this run trained no skillrl steps
     run.close()
+
+def test_learning_rate_warms_up_then_follows_the_schedule(tmp_path, tiny_dir):
+    from evolver_skillrl.sft import lr_at
+
+    peak = 1e-4
+    # 10 steps, warm-up over 2: a linear rise that never reaches 0 or overshoots, then the schedule
+    linear = [lr_at(n, 10, peak, 0.2, "linear") for n in range(1, 11)]
+    assert linear[:2] == pytest.approx([peak / 3, 2 * peak / 3])
+    assert linear[2] == pytest.approx(peak) and linear[-1] == pytest.approx(peak / 8)
+    assert all(a > b for a, b in zip(linear[2:], linear[3:]))  # strictly decaying, last step still > 0
+    cosine = [lr_at(n, 10, peak, 0.2, "cosine") for n in range(1, 11)]
+    assert cosine[2] == pytest.approx(peak) and 0 < cosine[-1] < linear[-1]
+    assert [lr_at(n, 10, peak, 0.0, "constant") for n in (1, 10)] == [peak, peak]
+    # the trainer applies it, and every step's rate lands in train_steps
+    run = sft_run(tmp_path, tiny_dir, warmup=0.2, schedule="linear", batch_size=2, lr=1e-3)
+    summary = SFTTrainer(run).train()
+    rates = [r["lr"] for r in summary["history"]]
+    assert rates == pytest.approx([lr_at(n, len(rates), 1e-3, 0.2, "linear") for n in range(1, len(rates) + 1)])
+    stored = run.store.query("SELECT json_extract(metrics, '$.lr')::DOUBLE FROM train_steps WHERE run_id = ? "
+                             "ORDER BY step", [run.id])[1]
+    assert [r[0] for r in stored] == pytest.approx(rates)
+    run.close()

@@ -1,5 +1,10 @@
-"""Answer arithmetic stated in words, read from stdin: "add 13 and 11", "subtract 3 from 39",
-"multiply 7 and 5", "divide 36 by 6". Prints "<problem> = <answer>" per problem found; nothing if none."""
+"""Answer arithmetic stated in words and name the object that carries the answer.
+
+Reads an episode's transcript on stdin (the task and room, then each action as ``> action`` and what
+came back). Finds problems such as "add 13 and 11", "subtract 3 from 39", "multiply 7 and 5",
+"divide 36 by 6", and prints "<problem> = <answer>". When an object in the room is counted as the
+answer ("12 apples"), it also prints the next move: take that object, or put it in the box once
+held. Prints nothing when no problem has been stated."""
 import re
 import sys
 
@@ -9,21 +14,38 @@ OPS = {
     "multiply": (r"multiply (-?\d+) (?:and|by) (-?\d+)", lambda a, b: a * b),
     "divide": (r"divide (-?\d+) by (-?\d+)", lambda a, b: a / b if b else None),
 }
+COUNTED = re.compile(r"\b(\d+) ([a-z][a-z ]*?)(?=,|\.| and\b| on\b| in\b|$)", re.I)
+CONTAINER = "box"
 
 
-def answers(text: str) -> list[str]:
+def answers(text: str) -> list[tuple[str, float]]:
     out = []
     for pattern, op in OPS.values():
         for m in re.finditer(pattern, text, re.I):
             value = op(int(m.group(1)), int(m.group(2)))
-            if value is None:
-                continue
-            value = int(value) if float(value).is_integer() else round(value, 4)
-            out.append(f"{m.group(0)} = {value}")
+            if value is not None and m.group(0) not in [p for p, _ in out]:  # a problem read twice
+                out.append((m.group(0), int(value) if float(value).is_integer() else round(value, 4)))
     return out
 
 
+def next_move(transcript: str, answer) -> str:
+    room = transcript.split("\n> ", 1)[0]
+    matches = [f"{n} {name.strip()}" for n, name in COUNTED.findall(room) if str(n) == str(answer)]
+    if not matches:
+        return ""
+    item = matches[0]
+    if f"You put the {item} in the {CONTAINER}" in transcript:
+        return f" {item} is in the {CONTAINER}."
+    taken = transcript.rfind(f"You take the {item}.")
+    dropped = transcript.rfind(f"You put the {item}")
+    verb = f"put {item} in {CONTAINER}" if taken > dropped else f"take {item}"
+    return f" Next: {verb}."
+
+
 if __name__ == "__main__":
-    found = answers(sys.stdin.read())
+    transcript = sys.stdin.read()
+    found = answers(transcript)
     if found:
-        print("; ".join(found) + f". The answer is {found[-1].rsplit('= ', 1)[1]}.")
+        problems = "; ".join(f"{p} = {v}" for p, v in found)
+        answer = found[-1][1]
+        print(f"{problems}. The answer is {answer}.{next_move(transcript, answer)}")
