@@ -93,7 +93,8 @@ class Harness:
 
     def system_prompt(self, state) -> str:
         parts = [self.program.prompt.strip()]
-        skills = self.program.skills
+        # An observer is not a skill the model calls: its notes speak for it (and run when OBSERVERS is on).
+        skills = [s for s in self.program.skills if not (OBSERVERS and self.observer(s)[0])]
         if skills:
             index = "\n".join(f"- {s.name}: {s.description}" for s in skills)
             parts.append("Skills you have (use `read_skill NAME` to read one):\n" + index)

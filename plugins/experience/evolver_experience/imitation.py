@@ -15,15 +15,16 @@ from pydantic import BaseModel, ConfigDict, Field
 from evolver_experience.train import describe, lineage, split_options, train_from
 
 
-# One pass over 4 demonstrations per twx-easy game at 1e-4 reached 0.40 on 24 dev episodes in 6.1 min
-# (EPYC Zen 5); at SFT's own 3e-5 it takes more data for as much (docs/measurements.md).
+# One pass at 1e-4 over a few demonstrations per twx-easy game is what fits the default run's 15
+# minutes on 2 cores; at SFT's own 3e-5 it takes more data for as much, and a warm-up or a decaying
+# schedule did not help (docs/measurements.md).
 SFT_DEFAULTS = {"lr": 1e-4}
 
 
 class ImitationOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    per_category: int = Field(4, ge=1)
+    per_category: int = Field(3, ge=1)
     """Demonstrated training tasks per category in one round (on average, with ``focus``)."""
     max_rounds: int = 2
     """Imitation rounds down one lineage; a parent with this many imitation ancestors gets none."""
