@@ -28,11 +28,33 @@ from evolver.types import (ChoiceRequest, Episode, Evaluation, GenRequest, GenRe
                            stable_hash)
 
 
+@dataclasses.dataclass
+class Job:
+    """Tasks one program plays in :func:`evaluate_many`. Unset fields take evaluate_many's arguments:
+    ``seed`` (a job's own keeps repeated rollouts of one task apart: cache keys and stored rows
+    include it), ``backend`` (a job of its own plays e.g. sampled beside greedy ones, in the same
+    lockstep when both reach the same engine: :meth:`Backend.lowered`) and ``purpose``.
+    ``temperature`` is read by :func:`evolver.loop.play`, which makes the backend from it."""
+
+    ctx: ProgramContext
+    tasks: list[Task]
+    seed: int | None = None
+    backend: Any = None
+    purpose: str | None = None
+    temperature: float | None = None
+
+    @classmethod
+    def of(cls, job) -> "Job":
+        """A :class:`Job` from itself or a ``(ctx, tasks)`` / ``(ctx, tasks, seed)`` tuple."""
+        return job if isinstance(job, Job) else cls(*job)
+
+
 class _Live:
     """One episode in flight."""
 
-    def __init__(self, episode: Episode, ctx: ProgramContext, harness, max_steps: int, key=None):
+    def __init__(self, episode: Episode, ctx: ProgramContext, harness, max_steps: int, key=None, backend=None):
         self.episode, self.ctx, self.harness, self.max_steps, self.key = episode, ctx, harness, max_steps, key
+        self.backend = backend
         self.env, self.state, self.obs = None, None, Observation("", done=True)
         self.started = time.perf_counter()
         self.request = None
@@ -44,31 +66,30 @@ def run_episodes(ctx: ProgramContext, benchmark, backend, tasks: list[Task], **k
     return evaluate_many([(ctx, tasks)], benchmark, backend, **kw)[0]
 
 
-def evaluate_many(jobs: list[tuple[ProgramContext, list[Task]]], benchmark, backend, *, seed: int = 0,
+def evaluate_many(jobs: list, benchmark, backend, *, seed: int = 0,
                   purpose: str = "eval", store=None, run=None, max_live: int = 32, use_cache: bool = True,
                   progress: Callable[[int, int], None] | None = None,
                   on_episode: Callable[[Episode], None] | None = None,
                   harness_factory: Callable[[ProgramContext], Any] | None = None) -> list[list[Episode]]:
     """Play several programs' tasks at once, in one lockstep, so candidates share every batch.
 
+    A job is a :class:`Job` or a ``(ctx, tasks)`` / ``(ctx, tasks, seed)`` tuple.
     ``harness_factory(ctx)`` builds a job's harness (default: the program's harness imported in this
     process; the loop passes :class:`evolver.harness_sandbox.SandboxedHarness` for smoke episodes). It is
     called only for jobs with episodes left to play.
 
-    A job is ``(ctx, tasks)`` or ``(ctx, tasks, seed)``: a job's own seed keeps repeated rollouts
-    of one task apart (cache keys and stored rows include the seed).
-
     Returns one list of episodes per job, in task order. Cached episodes (same program content,
     task, model and seed) are returned from the store instead of being played again.
     """
-    model = backend.model
+    jobs = [Job.of(job) for job in jobs]
+    backends = [job.backend or backend for job in jobs]
     run_id = getattr(run, "id", "") or ""
     slots: list[tuple[int, int, Episode]] = []  # (job, index, template)
-    for j, (ctx, tasks, *job_seed) in enumerate(jobs):
-        p = ctx.program
-        slots += [(j, i, Episode(task=t, program_id=p.id, program_hash=p.hash, model=model,
-                                 seed=job_seed[0] if job_seed else seed,
-                                 run_id=run_id, purpose=purpose)) for i, t in enumerate(tasks)]
+    for j, job in enumerate(jobs):
+        p = job.ctx.program
+        slots += [(j, i, Episode(task=t, program_id=p.id, program_hash=p.hash, model=backends[j].model,
+                                 seed=seed if job.seed is None else job.seed,
+                                 run_id=run_id, purpose=job.purpose or purpose)) for i, t in enumerate(job.tasks)]
     results: dict[tuple[int, int], Episode] = {}
     if store is not None and use_cache:
         found = store.cached([e.cache_key for _, _, e in slots])
@@ -84,8 +105,8 @@ def evaluate_many(jobs: list[tuple[ProgramContext, list[Task]]], benchmark, back
     max_steps = getattr(benchmark, "max_steps", 1) or 1
     pending = [(j, i, e) for j, i, e in slots if (j, i) not in results]
     playing = {j for j, _, _ in pending}
-    harnesses = [_try_harness(job[0], harness_factory) if j in playing else None for j, job in enumerate(jobs)]
-    lives = (_Live(e, jobs[j][0], harnesses[j], max_steps, key=(j, i)) for j, i, e in pending)
+    harnesses = [_try_harness(job.ctx, harness_factory) if j in playing else None for j, job in enumerate(jobs)]
+    lives = (_Live(e, jobs[j].ctx, harnesses[j], max_steps, key=(j, i), backend=backends[j]) for j, i, e in pending)
 
     def finished(done: list[_Live]) -> None:
         if store is not None:
@@ -95,8 +116,8 @@ def evaluate_many(jobs: list[tuple[ProgramContext, list[Task]]], benchmark, back
             _emit(run, lv.episode, on_episode)
         if progress:
             progress(len(results), total)
-    _play(lives, benchmark, backend, max_live, finished)
-    return [[results[(j, i)] for i in range(len(job[1]))] for j, job in enumerate(jobs)]
+    _play(lives, benchmark, max_live, finished)
+    return [[results[(j, i)] for i in range(len(job.tasks))] for j, job in enumerate(jobs)]
 
 
 HARNESS_CALL_S = 10.0  # one harness call (not the model's): far above what any sane harness needs
@@ -142,8 +163,7 @@ def _emit(run, episode: Episode, on_episode) -> None:
     plugins.hook().on_episode_end(run=run, episode=episode)
 
 
-def _play(lives: Iterator[_Live], benchmark, backend, max_live: int,
-          finished: Callable[[list[_Live]], None]) -> None:
+def _play(lives: Iterator[_Live], benchmark, max_live: int, finished: Callable[[list[_Live]], None]) -> None:
     """Advance up to ``max_live`` episodes in lockstep, one batched model call per round; a slot freed
     by a finished episode is refilled by the next one at once (not when a whole wave is done), so the
     batch stays full while episodes of different lengths finish at different rounds."""
@@ -162,17 +182,8 @@ def _play(lives: Iterator[_Live], benchmark, backend, max_live: int,
                 continue  # refill the freed slots before the next model call
             if not live:
                 return
-            gens = [lv for lv in live if isinstance(lv.request, GenRequest)]
-            choices = [lv for lv in live if isinstance(lv.request, ChoiceRequest)]
-            seeded = getattr(backend, "seeded_by_episode", False)
-            for group, call in ((gens, backend.generate), (choices, backend.choose)):
-                if not group:
-                    continue
-                t0 = time.perf_counter()
-                answers = call([_with_seed(lv) if seeded else lv.request for lv in group])
-                share = (time.perf_counter() - t0) / len(group)
-                if len(answers) != len(group):
-                    raise BackendError(f"backend {backend.name} answered {len(answers)} of {len(group)} requests")
+            for group, answers, seconds in _answer_round(live):
+                share = seconds / len(group)
                 for lv, answer in zip(group, answers):
                     lv.episode.model_s += share
                     _act(lv, answer, share)
@@ -181,6 +192,48 @@ def _play(lives: Iterator[_Live], benchmark, backend, max_live: int,
     finally:
         for lv in live:
             _close(lv)
+
+
+def _answer_round(live: list[_Live]) -> list[tuple[list[_Live], list, float]]:
+    """Every live episode's pending request answered: ``(episodes, answers, seconds)`` per call made.
+
+    Requests are grouped by backend and kind (generation, choice). Each group is lowered to plain
+    generations (:meth:`Backend.lowered`) where its backend can, and the lowered groups that reach the
+    same engine are answered by ONE ``generate`` call: a sampled and a greedy player of the same
+    weights share every batch. A group that cannot be lowered is answered by its backend directly."""
+    groups: dict[tuple[int, bool], list[_Live]] = {}
+    for lv in live:
+        groups.setdefault((id(lv.backend), isinstance(lv.request, GenRequest)), []).append(lv)
+    out, engines = [], {}
+    for (_, is_gen), group in groups.items():
+        backend = group[0].backend
+        seeded = getattr(backend, "seeded_by_episode", False)
+        requests = [_with_seed(lv) if seeded else lv.request for lv in group]
+        low = backend.lowered(requests)
+        if low is None:
+            t0 = time.perf_counter()
+            answers = (backend.generate if is_gen else backend.choose)(requests)
+            out.append((group, _checked(backend, answers, group), time.perf_counter() - t0))
+        else:
+            engines.setdefault(id(low.engine), []).append((group, low))
+    for parts in engines.values():
+        engine = parts[0][1].engine
+        t0 = time.perf_counter()
+        results = _checked(engine, engine.generate([g for _, low in parts for g in low.gens]),
+                           [g for _, low in parts for g in low.gens])
+        seconds = (time.perf_counter() - t0) / len(results)
+        at = 0
+        for group, low in parts:
+            mine = results[at:at + len(low.gens)]
+            at += len(low.gens)
+            out.append((group, _checked(engine, low.finish(mine), group), seconds * len(mine)))
+    return out
+
+
+def _checked(backend, answers: list, asked: list) -> list:
+    if len(answers) != len(asked):
+        raise BackendError(f"backend {backend.name} answered {len(answers)} of {len(asked)} requests")
+    return answers
 
 
 def _with_seed(lv: _Live):

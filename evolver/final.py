@@ -9,7 +9,7 @@ and the baseline are compared per task on the same test tasks (paired bootstrap 
 from __future__ import annotations
 
 from evolver import plugins
-from evolver.evaluate import summarize
+from evolver.evaluate import Job, summarize
 from evolver.gate import compare
 from evolver.loop import SEED_ID, _progress, evaluate_programs, per_task, play
 from evolver.run import Run
@@ -26,7 +26,11 @@ def finish(run: Run, seed: Program, data: dict) -> dict:
     run.status = "final evaluation on test"
     ids = [SEED_ID] + [m for m in run.frontier.ids() if m != SEED_ID]
     programs = [run.repo.checkout(pid) for pid in ids]
-    evals, values = evaluate_programs(run, programs, data["test"], "test", run.iteration + 1)
+    # The baseline plays in the same lockstep as the seed's greedy test episodes (same weights).
+    extra = [Job(run.context(seed), data["test"], baseline["seed"], purpose="baseline",
+                 temperature=cfg.baseline_temperature)] if baseline is not None else []
+    evals, values, extra_lists = evaluate_programs(run, programs, data["test"], "test", run.iteration + 1,
+                                                   extra=extra)
     best = run.frontier.best().program_id
     summary = {"test": {ev.program_id: ev.metrics() | {"per_category": ev.per_category} for ev in evals},
                "baseline": SEED_ID, "best": best,
@@ -35,9 +39,7 @@ def finish(run: Run, seed: Program, data: dict) -> dict:
     scores = {ev.program_id: v["score"] for ev, v in zip(evals, values)}
     pairs = {"best_vs_seed": (best, SEED_ID)}
     if baseline is not None:
-        run.status = f"best-of-{baseline['n']} baseline on test"
-        (eps,) = play(run, [(run.context(seed), data["test"], baseline["seed"])], cfg.baseline_temperature,
-                      purpose="baseline", store=run.store, progress=_progress(run, "best-of-N on test"))
+        (eps,) = extra_lists
         ev = summarize(SEED_ID, "test", eps)
         baseline["test"] = ev.metrics() | {"per_category": ev.per_category}
         summary["best_of_n"] = baseline

@@ -15,6 +15,7 @@ evaluation cache keeps any episode from being played or counted twice.
 """
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import tempfile
 import time
@@ -24,7 +25,7 @@ from pathlib import Path
 from evolver import plugins
 from evolver.backends.sampling import SampledBackend
 from evolver.checks import audit_harness_code, audit_leakage, check_harness_import, check_skill_files
-from evolver.evaluate import evaluate_many, run_episodes, sample_stratified, summarize
+from evolver.evaluate import Job, evaluate_many, run_episodes, sample_stratified, summarize
 from evolver.frontier import Frontier
 from evolver.harness import SEED_DIR
 from evolver.proposers import Draft, ProposeContext
@@ -83,19 +84,27 @@ def executor(run: Run, program: Program, temperature: float | None = None):
 
 
 def play(run: Run, jobs: list, temperature: float | None = None, **kw) -> list[list]:
-    """:func:`evaluate_many` with each program's own executor (:func:`executor`): programs
-    that play with the same weights share one lockstep, a trained program plays with its checkpoint."""
+    """:func:`evaluate_many` with each program's own executor (:func:`executor`, at the job's
+    ``temperature`` or else this one): programs that play with the same weights share one lockstep,
+    greedy and sampled alike; a trained program plays with its checkpoint."""
+    jobs = [Job.of(job) for job in jobs]
     groups: dict[str | None, list[int]] = {}
     for j, job in enumerate(jobs):
-        groups.setdefault(run.checkpoint_of(job[0].program), []).append(j)
+        groups.setdefault(run.checkpoint_of(job.ctx.program), []).append(j)
     out: list[list] = [[] for _ in jobs]
     progress, done = kw.pop("progress", None), 0
-    total = sum(len(job[1]) for job in jobs)
+    total = sum(len(job.tasks) for job in jobs)
     for members in groups.values():
-        size = sum(len(jobs[j][1]) for j in members)
+        size = sum(len(jobs[j].tasks) for j in members)
         shown = (lambda n, _t, base=done: progress(base + n, total)) if progress else None
-        lists = evaluate_many([jobs[j] for j in members], run.benchmark,
-                              executor(run, jobs[members[0]][0].program, temperature), run=run, progress=shown, **kw)
+        made: dict[float | None, object] = {}  # one backend per temperature: its episodes batch as one
+        for j in members:
+            t = temperature if jobs[j].temperature is None else jobs[j].temperature
+            if jobs[j].backend is None:
+                if t not in made:
+                    made[t] = executor(run, jobs[j].ctx.program, t)
+                jobs[j] = dataclasses.replace(jobs[j], backend=made[t])
+        lists = evaluate_many([jobs[j] for j in members], run.benchmark, None, run=run, progress=shown, **kw)
         for j, eps in zip(members, lists):
             out[j] = eps
         done += size
@@ -118,13 +127,15 @@ def per_task(episodes) -> dict[str, dict[str, list[float]]]:
 
 
 def evaluate_programs(run: Run, programs: list[Program], tasks, split: str, iteration: int,
-                      purpose: str = "eval") -> tuple[list, list[dict]]:
+                      purpose: str = "eval", extra: list[Job] = ()) -> tuple[list, list[dict], list[list]]:
     """Every program on ``tasks``, :func:`episodes_per_task` episodes per task (seeds episode_seed + k),
-    all in one lockstep. Returns the evaluations (stored) and each program's :func:`per_task` values."""
+    all in one lockstep with the ``extra`` jobs. Returns the evaluations (stored), each program's
+    :func:`per_task` values, and the episode lists of the ``extra`` jobs."""
     seeds = [run.config.loop.episode_seed + k for k in range(episodes_per_task(run))]
     ctxs = [run.context(p) for p in programs]
-    lists = play(run, [(ctx, tasks, s) for ctx in ctxs for s in seeds], seed=seeds[0], purpose=purpose,
-                 store=run.store, progress=_progress(run, split))
+    jobs = [Job(ctx, tasks, s) for ctx in ctxs for s in seeds]
+    lists = play(run, jobs + list(extra), seed=seeds[0], purpose=purpose, store=run.store,
+                 progress=_progress(run, split))
     evals, values = [], []
     for i, p in enumerate(programs):
         eps = [e for lst in lists[i * len(seeds):(i + 1) * len(seeds)] for e in lst]
@@ -132,7 +143,7 @@ def evaluate_programs(run: Run, programs: list[Program], tasks, split: str, iter
         run.store.add_evaluation(run.id, iteration, ev)
         evals.append(ev)
         values.append(per_task(eps))
-    return evals, values
+    return evals, values, lists[len(jobs):]
 
 
 def _progress(run: Run, label: str):
@@ -162,7 +173,7 @@ def run_loop(run: Run) -> dict:
         run.frontier = Frontier.from_dict(last["summary"]["frontier"])
         run.log(f"resuming run {run.id} at iteration {start}")
     else:
-        (ev,), (values,) = evaluate_programs(run, [seed], data["dev"], "dev", -1)
+        (ev,), (values,), _ = evaluate_programs(run, [seed], data["dev"], "dev", -1)
         run.frontier.consider(SEED_ID, ev.metrics(), -1, per_task=values)
         run.store.add_frontier_event(run.id, -1, SEED_ID, "seed", ev.metrics(), "the seed program")
         _retag(run)
@@ -427,7 +438,7 @@ def _evaluate_and_select(run: Run, it: int, candidates: list[Candidate], data: d
             return []
     run.status = f"iteration {it}: evaluating {len(candidates)} candidates on dev"
     programs = [c.program for c in candidates]  # type: ignore[attr-defined]
-    evals, values = evaluate_programs(run, programs, data["dev"], "dev", it)
+    evals, values, _ = evaluate_programs(run, programs, data["dev"], "dev", it)
     admitted = []
     for cand, ev, per in zip(candidates, evals, values):
         metrics = ev.metrics()

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from evolver import plugins
-from evolver.backends.base import Backend
+from evolver.backends.base import Backend, Lowered
 from evolver.config import Config, dump_config
 from evolver.frontier import Frontier
 from evolver.harness import ProgramContext, program_context
@@ -45,6 +45,10 @@ class CountingBackend(Backend):
 
     def choose(self, requests):
         return self._count(self.inner.choose(requests))
+
+    def lowered(self, requests: list) -> Lowered | None:
+        low = self.inner.lowered(requests)
+        return low and Lowered(low.engine, low.gens, lambda results: self._count(low.finish(results)))
 
     def _count(self, results: list) -> list:
         self.counter[self.role] = self.counter.get(self.role, 0) + sum(r.prompt_tokens + r.completion_tokens

@@ -71,6 +71,10 @@ class GenRequest:
     #: Replies that are likely (a written choice's options): a local backend may check their tokens
     #: as drafts while decoding. The reply is the same with or without them; only its speed changes.
     drafts: list[str] | None = None
+    #: End a looping reply: stop once one line (numbering aside) has been written this many times.
+    #: The reply keeps the repeats, so a check downstream still sees the loop; a backend that cannot
+    #: watch its decoding returns the whole reply, which reads the same to such a check.
+    max_line_repeats: int | None = None
 
 
 @dataclass

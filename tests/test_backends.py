@@ -953,3 +953,33 @@ def test_bf16_matmul_attention_equals_fp32_attention(T, monkeypatch):
 
 def test_the_backend_runs_the_gqa_attention(tiny):
     assert tiny.hf_model.config._attn_implementation == "evolver_gqa_sdpa"
+
+
+def test_a_looping_reply_stops_at_its_third_copy_of_a_line(tiny, monkeypatch):
+    from evolver.backends.transformers_backend import repeated_line
+
+    assert repeated_line(["1. go north", "2. Go north", "- go north ", "", "look"]) == 3
+    monkeypatch.setattr(tiny, "lookup", 0)  # one token per forward: the forced cycle below is exact
+    cycle = tiny.tokenizer.encode("go\n", add_special_tokens=False)
+    n = {"i": 0}
+
+    def loop(_module, _inputs, output):  # every decoding step writes the next token of "go\n"
+        if output.shape[1] == 1:
+            output[:, -1, :] = -1e4
+            output[:, -1, cycle[n["i"] % len(cycle)]] = 1e4
+            n["i"] += 1
+        return output
+
+    tiny._prefixes.clear()
+    handle = tiny.hf_model.lm_head.register_forward_hook(loop)
+    try:
+        replies = []
+        for k in (None, 3):
+            n["i"] = 0
+            replies.append(tiny.generate([GenRequest(user("x"), max_tokens=40, max_line_repeats=k)])[0])
+        plain, stopped = replies
+    finally:
+        handle.remove()
+    assert plain.completion_tokens == 40
+    assert stopped.completion_tokens < 40 and repeated_line(stopped.text.split("\n")[:-1]) == 3
+    assert stopped.text.endswith("go\n") and plain.text.startswith(stopped.text)

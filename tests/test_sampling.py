@@ -6,7 +6,7 @@ from pathlib import Path
 from evolver.backends.base import Backend
 from evolver.backends.sampling import SampledBackend
 from evolver.backends.scripted import ScriptedBackend
-from evolver.evaluate import evaluate_many
+from evolver.evaluate import Job, evaluate_many
 from evolver.harness import program_context
 from evolver.loop import seed_files
 from evolver.programs import content_hash
@@ -88,3 +88,46 @@ def test_the_evaluator_seeds_each_episode_so_samples_repeat_whatever_shares_the_
     assert [e.score for e in alone[0]] == scores[2][3:]  # the same episodes, in another batch
     greedy = evaluate_many([(ctx, tasks, s) for s in range(2)], bench, ScriptedBackend(rule=coin_rule))
     assert all(e.score == 0.0 for eps in greedy for e in eps)
+
+
+class CountingCalls(ScriptedBackend):
+    """Records the size of every generate call."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.batches: list[int] = []
+
+    def generate(self, requests):
+        self.batches.append(len(requests))
+        return super().generate(requests)
+
+
+def test_greedy_and_sampled_jobs_of_one_engine_share_each_call_and_play_as_apart(tmp_path):
+    bench = toybench.UpperBench()
+    tasks = bench.tasks("dev") + bench.tasks("test")
+    ctx = program_context(seed_program(tmp_path))
+    engine = CountingCalls(rule=coin_rule)
+    sampled = SampledBackend(engine, 0.7)
+    together = evaluate_many([Job(ctx, tasks, 0), Job(ctx, tasks, 1, backend=sampled, purpose="baseline")],
+                             bench, engine)
+    # one generate call per round for both jobs: the largest batch holds both jobs' episodes
+    assert max(engine.batches) == 2 * len(tasks)
+    assert all(e.score == 0.0 for e in together[0]) and {e.purpose for e in together[1]} == {"baseline"}
+    assert together[1][0].model == sampled.model != together[0][0].model
+    greedy = evaluate_many([(ctx, tasks, 0)], bench, ScriptedBackend(rule=coin_rule))
+    alone = evaluate_many([(ctx, tasks, 1)], bench, SampledBackend(ScriptedBackend(rule=coin_rule), 0.7))
+    assert [e.score for e in together[0]] == [e.score for e in greedy[0]]
+    assert [e.score for e in together[1]] == [e.score for e in alone[0]] and sum(e.score for e in alone[0]) > 0
+
+
+def test_written_choices_lower_to_the_same_generations_through_every_wrapper():
+    from evolver.run import CountingBackend
+    engine = ScriptedBackend(rule=lambda r: "take apple", model="m")
+    counted = CountingBackend(engine, counter := {}, "executor")
+    req = [ChoiceRequest([Message("user", "?")], ["go north", "take apple"], write=True, seed=4)]
+    low = SampledBackend(counted, 0.5).lowered(req)
+    assert low.engine is engine and low.gens[0].temperature == 0.5 and low.gens[0].drafts == ["go north", "take apple"]
+    (res,) = low.finish(engine.generate(low.gens))
+    assert res.index == 1 and counter["executor"] > 0
+    ranked = [ChoiceRequest([Message("user", "?")], ["a", "b"])]
+    assert ScriptedBackend(rule=lambda r: "a").lowered(ranked) is None  # its own choose: called directly

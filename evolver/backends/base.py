@@ -14,10 +14,23 @@ from __future__ import annotations
 
 import abc
 import difflib
+from typing import Callable, NamedTuple
 
 from evolver.types import ChoiceRequest, ChoiceResult, GenRequest, GenResult, Message
 
 WRITTEN_CHOICE_TOKENS = 32  # the most a written choice may take
+
+
+class Lowered(NamedTuple):
+    """Requests lowered to generations on ``engine`` (see :meth:`Backend.lowered`)."""
+
+    engine: "Backend"
+    gens: list[GenRequest]
+    finish: Callable[[list[GenResult]], list]
+
+
+def _same(results: list) -> list:
+    return results
 
 
 class Backend(abc.ABC):
@@ -56,9 +69,16 @@ class Backend(abc.ABC):
 
         The reply may run a few tokens past the longest option, no further: more text cannot match
         any option better, and every token is a decoding step for the whole batch."""
-        gens = self.generate([GenRequest(messages=r.messages, max_tokens=self._written_budget(r.options),
-                                         stop=self.choice_stop, drafts=list(r.options), seed=r.seed)
-                              for r in requests])
+        return self.match_written(requests, self.generate(self.written_requests(requests)))
+
+    def written_requests(self, requests: list[ChoiceRequest]) -> list[GenRequest]:
+        """The generations that write the replies of :meth:`choose_by_writing`."""
+        return [GenRequest(messages=r.messages, max_tokens=self._written_budget(r.options),
+                           stop=self.choice_stop, drafts=list(r.options), seed=r.seed) for r in requests]
+
+    @staticmethod
+    def match_written(requests: list[ChoiceRequest], gens: list[GenResult]) -> list[ChoiceResult]:
+        """Each written reply matched to its request's nearest option."""
         out = []
         for req, gen in zip(requests, gens):
             scores = [difflib.SequenceMatcher(None, gen.text.strip().lower(), o.lower()).ratio()
@@ -67,6 +87,26 @@ class Backend(abc.ABC):
             out.append(ChoiceResult(index=best, scores=scores, prompt_tokens=gen.prompt_tokens,
                                     completion_tokens=gen.completion_tokens, error=gen.error, sample=gen))
         return out
+
+    def lowered(self, requests: list) -> Lowered | None:
+        """``requests`` (all generations, or all choices) as plain generations on the backend at the
+        bottom of any wrappers, so the evaluator can answer the requests of several backends that share
+        it (a greedy and a sampled player of the same weights) in ONE batch: ``(engine, gens, finish)``,
+        where ``finish(engine.generate(gens))`` is what this backend would have answered. None when
+        they cannot be lowered (options scored by likelihood): the evaluator then calls this backend.
+
+        Default: generations go to this backend's own :meth:`generate`; choices are lowered only by a
+        backend whose ``choose`` writes them (:attr:`writes_choices`)."""
+        if all(isinstance(r, GenRequest) for r in requests):
+            return Lowered(self, list(requests), _same)
+        if self.writes_choices(requests):
+            return Lowered(self, self.written_requests(requests), lambda gens: self.match_written(requests, gens))
+        return None
+
+    def writes_choices(self, requests: list[ChoiceRequest]) -> bool:
+        """Whether :meth:`choose` answers these by :meth:`choose_by_writing`: true of the default
+        ``choose``; a backend that overrides ``choose`` says so itself."""
+        return type(self).choose is Backend.choose
 
     def _written_budget(self, options: list[str]) -> int:
         longest = max((self.count_tokens(o) for o in options), default=WRITTEN_CHOICE_TOKENS)

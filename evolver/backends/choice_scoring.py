@@ -24,6 +24,9 @@ class ChoiceScoring:
     """Mixed into the transformers backend; uses its model, tokenizer, ``_ctx``, ``_forward``,
     ``chat_ids``, ``max_batch``, ``context_window``, ``choose_eos``, ``end_id`` and prefix cache."""
 
+    def writes_choices(self, requests: list[ChoiceRequest]) -> bool:
+        return all(r.write for r in requests)  # the rest are scored by likelihood
+
     def choose(self, requests: list[ChoiceRequest]) -> list[ChoiceResult]:
         """Score every request's options in batches of ``max_batch`` requests: one forward per batch
         (the episodes of a lockstep choose together), each request's prompt reusing its cached prefix.

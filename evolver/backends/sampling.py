@@ -24,10 +24,11 @@ in for a greedy one with the same episode seed, nor for one sampled at another t
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import numpy as np
 
-from evolver.backends.base import Backend
+from evolver.backends.base import Backend, Lowered
 from evolver.types import ChoiceRequest, ChoiceResult, GenRequest, GenResult, stable_hash
 
 
@@ -69,10 +70,29 @@ class SampledBackend(Backend):
             return self.seed * 1_000_003 + self.calls
         return int(stable_hash("sampled", self.seed, given), 16) % 2 ** 31
 
+    def sampled(self, request: GenRequest) -> GenRequest:
+        """``request`` as this wrapper sends it to ``inner``: at its temperature, with its seed."""
+        return dataclasses.replace(request, temperature=self.temperature, seed=self.request_seed(request.seed),
+                                   logprobs=self.logprobs or request.logprobs,
+                                   max_tokens=self.max_tokens or request.max_tokens)
+
     def generate(self, requests: list[GenRequest]) -> list[GenResult]:
-        return self.inner.generate([dataclasses.replace(
-            r, temperature=self.temperature, seed=self.request_seed(r.seed), logprobs=self.logprobs or r.logprobs,
-            max_tokens=self.max_tokens or r.max_tokens) for r in requests])
+        return self.inner.generate([self.sampled(r) for r in requests])
+
+    def writes_choices(self, requests: list[ChoiceRequest]) -> bool:
+        return not getattr(self.inner, "scores_options", False) or all(r.write for r in requests)
+
+    def lowered(self, requests: list) -> Lowered | None:
+        if all(isinstance(r, GenRequest) for r in requests):
+            gens, finish = list(requests), None
+        elif self.writes_choices(requests):
+            gens, finish = self.written_requests(requests), functools.partial(self.match_written, requests)
+        else:
+            return None
+        low = self.inner.lowered([self.sampled(r) for r in gens])
+        if low is None or finish is None:
+            return low
+        return Lowered(low.engine, low.gens, lambda results: finish(low.finish(results)))
 
     def choose(self, requests: list[ChoiceRequest]) -> list[ChoiceResult]:
         if not getattr(self.inner, "scores_options", False):

@@ -29,6 +29,7 @@ import gc
 import inspect
 import logging
 import os
+import re
 import time
 from collections import Counter, OrderedDict
 from pathlib import Path
@@ -336,7 +337,8 @@ class TransformersBackend(PrefixCache, ChoiceScoring, Backend):
                 out_ids[r].append(tok)
                 if want_lp:
                     out_lp[r].append(lps[r][j])
-                if tok in self.eos_ids or len(out_ids[r]) >= limits[r] or self._stop_hit(out_ids[r], reqs[r].stop):
+                if (tok in self.eos_ids or len(out_ids[r]) >= limits[r] or self._stop_hit(out_ids[r], reqs[r].stop)
+                        or self._looping(out_ids[r], reqs[r].max_line_repeats)):
                     done[r] = True
                     break
         return accepted
@@ -350,6 +352,13 @@ class TransformersBackend(PrefixCache, ChoiceScoring, Backend):
         tail = 4 * max(len(s) for s in stop) + 4
         text = self.tokenizer.decode(ids[-tail:], skip_special_tokens=True)
         return any(s and s in text for s in stop)
+
+    def _looping(self, ids: list[int], repeats: int | None) -> bool:
+        """Whether the newest token ends a line that the reply has now written ``repeats`` times."""
+        if not repeats or "\n" not in self.tokenizer.decode(ids[-1:]):
+            return False
+        lines = self.tokenizer.decode(ids, skip_special_tokens=True).split("\n")
+        return repeated_line(lines[:-1]) >= repeats
 
     def _result(self, req: GenRequest, prompt: list[int], ids: list[int], lps: list[float]) -> GenResult:
         text = _cut_at_stop(self.tokenizer.decode(ids, skip_special_tokens=True), req.stop)
@@ -447,6 +456,12 @@ class Race:
             # for SmolLM2): its -log would be +inf and win the race whatever its probability.
             self._drawn.append(-e.clamp_min_(torch.finfo(e.dtype).tiny).log_())
         return torch.stack(self._drawn[:T])
+
+
+def repeated_line(lines: list[str]) -> int:
+    """How often the most written non-empty line occurs, list numbering ("3.", "4)", "-") aside."""
+    keys = [re.sub(r"^\s*(?:\d+[.)]|[-*])?\s*", "", ln).strip().lower() for ln in lines]
+    return max(Counter(k for k in keys if k).values(), default=0)
 
 
 def _cut_at_stop(text: str, stop: list[str] | None) -> str:

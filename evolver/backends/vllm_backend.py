@@ -136,6 +136,9 @@ class VLLMBackend(Backend):
         return results  # type: ignore[return-value]
 
     # ---------------------------------------------------------------------------------- choose
+    def writes_choices(self, requests: list[ChoiceRequest]) -> bool:
+        return all(r.write for r in requests)  # the rest are scored by likelihood
+
     def choose(self, requests: list[ChoiceRequest]) -> list[ChoiceResult]:
         """Mean log-prob per option token, read from ``prompt_logprobs`` of prompt+option sequences.
 

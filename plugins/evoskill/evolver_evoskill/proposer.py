@@ -32,6 +32,8 @@ from evolver_evoskill.verifier import SurrogateVerifier, surrogate_missed
 
 META_SKILL = Path(__file__).resolve().parents[3] / "skills" / "writing-skills" / "SKILL.md"
 
+#: A reply that writes one line this many times is looping (stopped there; the checks reject it).
+LOOPING_LINE = 3
 PROPOSER_SYSTEM = (
     "You improve an AI agent by giving it skills: short written procedures it reads while working. "
     "Study how the agent failed, then propose ONE skill to create, or ONE existing skill to edit, that "
@@ -106,8 +108,10 @@ class EvoSkillProposer(Proposer):
                     c = pending[i]
                     # With greedy decoding the k candidates would be identical: sample the later ones.
                     temperature = rc.temperature if (rc.temperature > 0 or c.k == 0) else 0.7
+                    # A small model's reply that loops is rejected as degenerate anyway: stop it early.
                     reqs.append(GenRequest(messages=c.messages, max_tokens=c.max_tokens or rc.max_tokens,
-                                           temperature=temperature, seed=1000 * max(self.run.iteration, 0) + c.k))
+                                           temperature=temperature, seed=1000 * max(self.run.iteration, 0) + c.k,
+                                           max_line_repeats=LOOPING_LINE))
                 for i, res in zip(ids, self.run.backend(role).generate(reqs)):
                     answered[i] = res
             for i, res in answered.items():

@@ -124,9 +124,12 @@ def test_surrogate_verifier_rejects_after_one_revision(tmp_path):
 
     def rule(req):
         calls.append("\n".join(m.content for m in req.messages))
+        limits.append((req.max_line_repeats, "## The proposal" in calls[-1]))
         return base(req)
+    limits = []
     summary, props, verify_eps = _run_with_verifier(tmp_path, rule)
     assert props[0]["status"] == "rejected" and props[0]["reason"].startswith("surrogate verifier: ASSERT: correct")
+    assert {n for n, builder in limits if builder} == {3}  # a looping builder reply is stopped early
     revision = [c for c in calls if "failed these checks" in c]
     assert revision, "the builder got the failed assertions back for one revision"
     verifier_prompts = [c for c in calls if c.rstrip().endswith("Assertions:")]

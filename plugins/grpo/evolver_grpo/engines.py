@@ -38,6 +38,9 @@ class RolloutBackend(SampledBackend):
     def choose(self, requests):
         return self.choose_by_writing(requests)
 
+    def writes_choices(self, requests) -> bool:
+        return True
+
 
 class TransformersEngine:
     name = "transformers"
