@@ -19,14 +19,12 @@ import re
 import shutil
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
+from evolver import open_run
 from evolver.config import Config, RoleConfig
 from evolver.evaluate import run_episodes, summarize
-from evolver.loop import ensure_seed
-from evolver.programs import ProgramRepo
-from evolver.run import Run
-from evolver.store import Store
 from evolver.types import stable_hash
 
 MODES = {"likelihood": (True, False), "write+match": (True, True), "free": (False, True)}  # CHOOSE_ACTIONS, WRITE_CHOICE
@@ -41,14 +39,17 @@ def set_mode(harness: str, mode: str) -> str:
     return harness
 
 
+@contextmanager
 def seed_workspace(max_steps: int | None = None, **config):
-    """A throwaway workspace on twx-easy with the seed program: (folder, store, run, seed)."""
+    """A throwaway workspace on twx-easy with the seed program: yields (folder, run, seed), then closes
+    the run and deletes the folder."""
     tmp = Path(tempfile.mkdtemp(prefix="evolver-bench-"))
     options = {"suite": "twx-easy", **({"max_steps": max_steps} if max_steps is not None else {})}
-    store = Store(tmp / "evolver.duckdb")
-    run = Run(Config(store=str(tmp), benchmark_options=options, **config), store, ProgramRepo(tmp))
-    run.record()
-    return tmp, store, run, ensure_seed(run)
+    try:
+        with open_run(Config(store=str(tmp), benchmark_options=options, **config)) as run:
+            yield tmp, run, run.repo.checkout("seed")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def main() -> None:
@@ -59,29 +60,26 @@ def main() -> None:
     ap.add_argument("--lookup", default=None,
                     help="prompt-lookup draft sizes to compare, e.g. 0,8 (default: the backend's)")
     args = ap.parse_args()
-    tmp, store, run, seed = seed_workspace(roles={"executor": RoleConfig(model=args.model)})
-    tasks = run.benchmark.tasks("dev", per_category=args.per_category)
-    backend = run.backend("executor")
-    harness_file = Path(seed.root) / "harness" / "harness.py"
-    original = harness_file.read_text()
-    rows = []
-    lookups = [int(x) for x in args.lookup.split(",")] if args.lookup else [None]
-    for mode in args.modes.split(","):
-        for lookup in lookups:
-            if lookup is not None:
-                backend.inner.lookup = lookup
-            harness_file.write_text(set_mode(original, mode))
-            seed.hash = stable_hash(mode, time.time())  # a fresh cache key per mode
-            start = time.perf_counter()
-            eps = run_episodes(run.context(seed), run.benchmark, backend, tasks, store=store, run=run,
-                               use_cache=False)
-            ev = summarize(seed.id, "dev", eps)
-            label = mode if lookup is None else f"{mode} lookup={lookup}"
-            rows.append((label, ev, time.perf_counter() - start))
-    harness_file.write_text(original)
-    run.close()
-    store.close()
-    shutil.rmtree(tmp, ignore_errors=True)
+    with seed_workspace(roles={"executor": RoleConfig(model=args.model)}) as (_, run, seed):
+        tasks = run.benchmark.tasks("dev", per_category=args.per_category)
+        backend = run.backend("executor")
+        harness_file = Path(seed.root) / "harness" / "harness.py"
+        original = harness_file.read_text()
+        rows = []
+        lookups = [int(x) for x in args.lookup.split(",")] if args.lookup else [None]
+        for mode in args.modes.split(","):
+            for lookup in lookups:
+                if lookup is not None:
+                    backend.inner.lookup = lookup
+                harness_file.write_text(set_mode(original, mode))
+                seed.hash = stable_hash(mode, time.time())  # a fresh cache key per mode
+                start = time.perf_counter()
+                eps = run_episodes(run.context(seed), run.benchmark, backend, tasks, store=run.store, run=run,
+                                   use_cache=False)
+                ev = summarize(seed.id, "dev", eps)
+                label = mode if lookup is None else f"{mode} lookup={lookup}"
+                rows.append((label, ev, time.perf_counter() - start))
+        harness_file.write_text(original)
     cats = sorted(rows[0][1].per_category)
     print(f"twx-easy dev, {len(tasks)} episodes, model {args.model or 'embedded SmolLM2-135M-Instruct'}")
     print(f"{'mode':20} {'score':>6} {'won':>5} {'wall s':>7}  " + " ".join(f"{c[:11]:>11}" for c in cats))

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import httpx
 
+from evolver import open_workspace
 from evolver.backends.scripted import ScriptedBackend
-from evolver.store import Store
 from evolver_autoskill import records
 from evolver_autoskill.options import AutoSkillOptions
 from evolver_autoskill.serve import Server, build_app
@@ -84,7 +84,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     rng = random.Random(args.seed)
     work = Path(tempfile.mkdtemp(prefix="autoskill-replay-"))
-    store = Store(work / "evolver.duckdb")
+    store, _ = open_workspace(work)
     service = AutoSkillService(work / "autoskill", store, AutoSkillOptions(embedder=args.embedder))
     app = build_app(service, ScriptedBackend(rule=lambda req: "Here you go."), "scripted")
     server = Server(app, "127.0.0.1", 0).start()

@@ -22,8 +22,8 @@ from pathlib import Path
 import httpx
 
 from autoskill_retrieval import ACTIONS, AUDIENCES, RULES, TOPICS, make_cards
+from evolver import open_workspace
 from evolver.backends.scripted import ScriptedBackend
-from evolver.store import Store
 from evolver_autoskill.bank import SkillBank
 from evolver_autoskill.options import AutoSkillOptions
 from evolver_autoskill.serve import Server, build_app
@@ -85,7 +85,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     work = Path(tempfile.mkdtemp(prefix="autoskill-bench-"))
     seed_bank(work / "autoskill", "bench", args.bank)
-    store = Store(work / "evolver.duckdb")
+    store, _ = open_workspace(work)
     service = AutoSkillService(work / "autoskill", store, AutoSkillOptions())
     service.retriever("bench")  # index once before timing, as a running server would have
     rows = []

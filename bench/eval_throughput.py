@@ -21,7 +21,6 @@ drafts alone, ``batched, prompt drafts``).
 from __future__ import annotations
 
 import argparse
-import shutil
 import time
 from pathlib import Path
 
@@ -58,70 +57,69 @@ def main() -> None:
     args = ap.parse_args()
     from evolver.config import RoleConfig
     roles = {"executor": RoleConfig(model=args.model)} if args.model else {}
-    tmp, store, run, seed = seed_workspace(max_steps=args.max_steps, **({"roles": roles} if roles else {}))
-    tasks = run.benchmark.tasks("dev", per_category=args.per_category)
-    backend = run.backend("executor")
-    precision = (f"{'bf16 autocast' if backend.inner.autocast else 'fp32'} on {backend.inner.device.type} "
-                 f"({torch.backends.cpu.get_cpu_capability()})")
-    if args.lookup is not None:
-        backend.inner.lookup = args.lookup
-    if args.lookup_tokens is not None:
-        backend.inner.lookup_tokens = args.lookup_tokens
-    if args.attention:
-        backend.inner.hf_model.set_attn_implementation(args.attention)
-    harness_file = Path(seed.root) / "harness" / "harness.py"
-    original = Path(args.harness).read_text() if args.harness else harness_file.read_text()
-    rows = []
-    modes = args.actions.split(",")
-    sources = args.drafts.split(",")
-    fast = [(m, label, n, "choose") for m in MODES if m in modes
-            for label, n in (("batched", len(tasks)), ("one at a time", 1))
-            if not (args.batched_only and n == 1)]
-    # Prompt lookup alone on the batched row too, where a written choice would draft its options: the
-    # two sources side by side (only a model that writes its options, e.g. after SFT, tells them apart).
-    fast += [(m, "batched, prompt drafts", len(tasks), "choose") for m in MODES if m in modes
-             if m != "likelihood" and "prompt" in sources and "options" in sources]
-    # Two passes over the fast rows, keeping each row's best: the first runs after start-up are slow
-    # (kernel selection for new shapes), and a single pass measured mostly the order of the rows.
-    # The naive rows run once: they are several times slower anyway. Each is what a user without
-    # evolver writes with plain transformers: likelihood, one full forward pass per option
-    # (``choose_naive``); write+match, ``model.generate`` on each step's whole prompt (no KV kept
-    # between steps, no drafts).
-    naive = [m for m in ("write+match", "likelihood") if m in modes and not args.no_naive]
-    plans = fast * args.passes + [(m, "naive, one at a time", 1, "naive") for m in naive]
-    for mode, label, max_live, method in plans:
-        harness_file.write_text(set_mode(original, mode))
-        seed.hash = stable_hash(mode, label, time.time())  # a fresh cache key: nothing is served from the store
-        inner, cls = backend.inner, backend.inner.__class__
-        inner.choose = (cls.choose_naive if method == "naive" and mode == "likelihood" else cls.choose).__get__(inner)
-        inner.generate = (naive_generate if method == "naive" and mode != "likelihood" else cls.generate).__get__(inner)
-        prompt_only = label == "batched, prompt drafts" or "options" not in sources
-        inner._drafter = ((lambda req, prompt: PromptLookup(prompt)) if prompt_only
-                          else cls._drafter.__get__(inner))
-        # Every row starts cold, as the evaluation of a new program does: prompt KV cached by an earlier
-        # row (the same tasks) would make later rows look faster than they are.
-        backend.inner._prefixes.clear()
-        backend.inner.timing.clear()
-        start = time.perf_counter()
-        eps = run_episodes(run.context(seed), run.benchmark, backend, tasks, store=store, run=run,
-                           max_live=max_live, use_cache=False)
-        wall = time.perf_counter() - start
-        model = sum(e.model_s for e in eps)
-        steps = sum(len(e.steps) for e in eps)
-        t = backend.inner.timing
-        rows.append((mode, label, len(eps), steps, wall, 60 * len(eps) / wall, 100 * (wall - model) / wall,
-                     sum(e.score for e in eps) / len(eps), t["prefill_s"], t["prefill_tokens"], t["decode_s"],
-                     t["decode_steps"], t["choose_s"], t["choose_tokens"], t["prefill_padded"],
-                     max(len(e.steps) for e in eps)))
-    best: dict = {}
-    for r in rows:  # keep the faster of the two passes
-        if (r[0], r[1]) not in best or r[4] < best[(r[0], r[1])][4]:
-            best[(r[0], r[1])] = r
-    rows = list(best.values())
-    harness_file.write_text(original)
-    run.close()
-    store.close()
-    shutil.rmtree(tmp, ignore_errors=True)
+    with seed_workspace(max_steps=args.max_steps, **({"roles": roles} if roles else {})) as (_, run, seed):
+        tasks = run.benchmark.tasks("dev", per_category=args.per_category)
+        backend = run.backend("executor")
+        precision = (f"{'bf16 autocast' if backend.inner.autocast else 'fp32'} on {backend.inner.device.type} "
+                     f"({torch.backends.cpu.get_cpu_capability()})")
+        if args.lookup is not None:
+            backend.inner.lookup = args.lookup
+        if args.lookup_tokens is not None:
+            backend.inner.lookup_tokens = args.lookup_tokens
+        if args.attention:
+            backend.inner.hf_model.set_attn_implementation(args.attention)
+        harness_file = Path(seed.root) / "harness" / "harness.py"
+        original = Path(args.harness).read_text() if args.harness else harness_file.read_text()
+        rows = []
+        modes = args.actions.split(",")
+        sources = args.drafts.split(",")
+        fast = [(m, label, n, "choose") for m in MODES if m in modes
+                for label, n in (("batched", len(tasks)), ("one at a time", 1))
+                if not (args.batched_only and n == 1)]
+        # Prompt lookup alone on the batched row too, where a written choice would draft its options: the
+        # two sources side by side (only a model that writes its options, e.g. after SFT, tells them apart).
+        fast += [(m, "batched, prompt drafts", len(tasks), "choose") for m in MODES if m in modes
+                 if m != "likelihood" and "prompt" in sources and "options" in sources]
+        # Two passes over the fast rows, keeping each row's best: the first runs after start-up are slow
+        # (kernel selection for new shapes), and a single pass measured mostly the order of the rows.
+        # The naive rows run once: they are several times slower anyway. Each is what a user without
+        # evolver writes with plain transformers: likelihood, one full forward pass per option
+        # (``choose_naive``); write+match, ``model.generate`` on each step's whole prompt (no KV kept
+        # between steps, no drafts).
+        naive = [m for m in ("write+match", "likelihood") if m in modes and not args.no_naive]
+        plans = fast * args.passes + [(m, "naive, one at a time", 1, "naive") for m in naive]
+        for mode, label, max_live, method in plans:
+            harness_file.write_text(set_mode(original, mode))
+            seed.hash = stable_hash(mode, label, time.time())  # a fresh cache key: nothing is served from the store
+            inner, cls = backend.inner, backend.inner.__class__
+            naive_likelihood = method == "naive" and mode == "likelihood"
+            naive_written = method == "naive" and mode != "likelihood"
+            inner.choose = (cls.choose_naive if naive_likelihood else cls.choose).__get__(inner)
+            inner.generate = (naive_generate if naive_written else cls.generate).__get__(inner)
+            prompt_only = label == "batched, prompt drafts" or "options" not in sources
+            inner._drafter = ((lambda req, prompt: PromptLookup(prompt)) if prompt_only
+                              else cls._drafter.__get__(inner))
+            # Every row starts cold, as the evaluation of a new program does: prompt KV cached by an earlier
+            # row (the same tasks) would make later rows look faster than they are.
+            backend.inner._prefixes.clear()
+            backend.inner.timing.clear()
+            start = time.perf_counter()
+            eps = run_episodes(run.context(seed), run.benchmark, backend, tasks, store=run.store, run=run,
+                               max_live=max_live, use_cache=False)
+            wall = time.perf_counter() - start
+            model = sum(e.model_s for e in eps)
+            steps = sum(len(e.steps) for e in eps)
+            t = backend.inner.timing
+            rows.append((mode, label, len(eps), steps, wall, 60 * len(eps) / wall, 100 * (wall - model) / wall,
+                         sum(e.score for e in eps) / len(eps), t["prefill_s"], t["prefill_tokens"], t["decode_s"],
+                         t["decode_steps"], t["choose_s"], t["choose_tokens"], t["prefill_padded"],
+                         max(len(e.steps) for e in eps)))
+        best: dict = {}
+        for r in rows:  # keep the faster of the two passes
+            if (r[0], r[1]) not in best or r[4] < best[(r[0], r[1])][4]:
+                best[(r[0], r[1])] = r
+        rows = list(best.values())
+        harness_file.write_text(original)
     print(f"twx-easy dev, {len(tasks)} episodes of at most {args.max_steps} steps, "
           f"{args.model or 'SmolLM2-135M'} {precision}")
     print(f"{'actions':11} {'episodes played':22} {'episodes':>8} {'steps':>6} {'wall s':>7} {'ep/min':>7} "

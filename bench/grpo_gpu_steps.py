@@ -30,11 +30,8 @@ def main() -> None:
         import importlib.util
 
         args.engine = "vllm" if importlib.util.find_spec("vllm") else "transformers"
+    from evolver import open_run
     from evolver.config import Config
-    from evolver.loop import ensure_seed
-    from evolver.programs import ProgramRepo
-    from evolver.run import Run
-    from evolver.store import Store
     from evolver_grpo.trainer import GRPOTrainer
 
     tmp = Path(tempfile.mkdtemp(prefix="gpu-grpo-"))
@@ -43,27 +40,26 @@ def main() -> None:
                  plugins={"grpo": {"group_size": args.group, "tasks_per_step": args.prompts, "lora": args.lora,
                                    "max_new_tokens": args.tokens, "autocast": args.dtype == "bf16", "micro_batch": 32,
                                    "rollout_batch": args.rollout_batch}})
-    run = Run(cfg, Store(tmp / "evolver.duckdb"), ProgramRepo(tmp))
-    run.record()
-    ensure_seed(run)
-    trainer = GRPOTrainer(run, run.config.plugins["grpo"])
-    trainer.setup()
-    import torch
+    with open_run(cfg) as run:
+        trainer = GRPOTrainer(run, run.config.plugins["grpo"])
+        trainer.setup()
+        import torch
 
-    dev = next(trainer.model.parameters()).device
-    print(f"engine {args.engine}, learner on {dev}, G={args.group}, {args.prompts} prompts/step, "
-          f"<= {args.tokens} new tokens, lora={args.lora}, {args.dtype}, "
-          f"rollout batch {args.rollout_batch or args.group * args.prompts}")
-    print("| step | step s | rollout s | log-probs s | update s | sync s | completion tokens | rollout tok/s | reward |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for step in range(args.steps):
-        r = trainer.step(step)
-        toks = r["response_len"] * r["samples"]
-        print(f"| {r['step']} | {r['step_s']:.2f} | {r['rollout_s']:.2f} | {r['logprob_s']:.2f} | {r['update_s']:.2f} "
-              f"| {r['sync_s']:.2f} | {toks:.0f} | {toks / max(r['rollout_s'], 1e-9):.0f} | {r['reward_mean']:.3f} |")
-    if dev.type == "cuda":
-        print(f"peak GPU memory: {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB")
-    run.close()
+        dev = next(trainer.model.parameters()).device
+        print(f"engine {args.engine}, learner on {dev}, G={args.group}, {args.prompts} prompts/step, "
+              f"<= {args.tokens} new tokens, lora={args.lora}, {args.dtype}, "
+              f"rollout batch {args.rollout_batch or args.group * args.prompts}")
+        print("| step | step s | rollout s | log-probs s | update s | sync s | completion tokens | rollout tok/s "
+              "| reward |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for step in range(args.steps):
+            r = trainer.step(step)
+            toks = r["response_len"] * r["samples"]
+            print(f"| {r['step']} | {r['step_s']:.2f} | {r['rollout_s']:.2f} | {r['logprob_s']:.2f} "
+                  f"| {r['update_s']:.2f} | {r['sync_s']:.2f} | {toks:.0f} | {toks / max(r['rollout_s'], 1e-9):.0f} "
+                  f"| {r['reward_mean']:.3f} |")
+        if dev.type == "cuda":
+            print(f"peak GPU memory: {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB")
 
 
 if __name__ == "__main__":

@@ -29,11 +29,8 @@ EASY = {"datasets": ["basic_arithmetic"], "size": 200, "split_sizes": {"train": 
 
 
 def train(args, skills: bool, label: str) -> list[dict]:
+    from evolver import open_run
     from evolver.config import Config
-    from evolver.loop import ensure_seed
-    from evolver.programs import ProgramRepo
-    from evolver.run import Run
-    from evolver.store import Store
     from evolver_grpo.trainer import GRPOTrainer
 
     store_dir = Path(args.store) if args.store else Path(tempfile.mkdtemp(prefix="bench-learn-"))
@@ -46,20 +43,18 @@ def train(args, skills: bool, label: str) -> list[dict]:
             "estimator": args.estimator, "loss": args.loss, "eval_split": "dev", "eval_per_category": args.dev,
             "eval_every": args.eval_every, "seed": args.seed, "rewards": args.rewards.split(",") if args.rewards else None}
     cfg = Config(store=str(store_dir), benchmark=bench, benchmark_options=options, plugins={"grpo": grpo})
-    run = Run(cfg, Store(store_dir / "evolver.duckdb"), ProgramRepo(store_dir), run_id=f"learn-{label}-{int(time.time())}")
-    run.record()
-    ensure_seed(run)
-    splits = {sp: len(run.benchmark.tasks(sp)) for sp in ("train", "dev")}
-    held = len(run.benchmark.tasks("dev", per_category=args.dev))
-    print(f"[{label}] tasks: train {splits['train']}, dev {splits['dev']} (evaluating {held} dev tasks)", flush=True)
-    curve = []
+    with open_run(cfg, run_id=f"learn-{label}-{int(time.time())}") as run:
+        splits = {sp: len(run.benchmark.tasks(sp)) for sp in ("train", "dev")}
+        held = len(run.benchmark.tasks("dev", per_category=args.dev))
+        print(f"[{label}] tasks: train {splits['train']}, dev {splits['dev']} (evaluating {held} dev tasks)",
+              flush=True)
+        curve = []
 
-    def progress(row):
-        print(f"[{label}] step {row['step']:>3} reward {row['reward_mean']:.3f} zero-var {row['zero_var_frac']:.2f} "
-              f"len {row['response_len']:.1f} {row['step_s']:.1f}s", flush=True)
-    trainer = GRPOTrainer(run, grpo, progress=progress)
-    summary = trainer.train()
-    run.close()
+        def progress(row):
+            print(f"[{label}] step {row['step']:>3} reward {row['reward_mean']:.3f} "
+                  f"zero-var {row['zero_var_frac']:.2f} len {row['response_len']:.1f} {row['step_s']:.1f}s", flush=True)
+        trainer = GRPOTrainer(run, grpo, progress=progress)
+        summary = trainer.train()
     rewards = {r["step"]: r["reward_mean"] for r in summary["history"]}
     for ev in summary["evals"]:
         s = ev["step"]

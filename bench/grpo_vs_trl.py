@@ -20,45 +20,43 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("EVOLVER_PLUGINS", "reasoning-gym,grpo")
 
 
+@contextmanager
 def setup_run(tmp: Path, args):
+    """Yields (run, seed program) in a workspace at ``tmp``, the seed's stop-at-newline switched off."""
+    from evolver import open_run
     from evolver.config import Config
-    from evolver.loop import ensure_seed
-    from evolver.programs import ProgramRepo
-    from evolver.run import Run
-    from evolver.store import Store
 
     cfg = Config(store=str(tmp), benchmark="reasoning-gym",
                  benchmark_options={"datasets": ["basic_arithmetic"], "size": 64},
                  plugins={"grpo": {"steps": args.steps + 1, "group_size": args.group, "tasks_per_step": args.prompts,
                                    "max_new_tokens": args.tokens, "beta": args.beta, "lr": args.lr,
                                    "autocast": False, "loss": "sequence", "temperature": 1.0, "micro_batch": 64}})
-    run = Run(cfg, Store(tmp / "evolver.duckdb"), ProgramRepo(tmp))
-    run.record()
-    seed = ensure_seed(run)
-    harness = Path(seed.root) / "harness" / "harness.py"
-    harness.write_text(harness.read_text().replace('stop=["\\n"]', "stop=None"))
-    return run, run.repo.checkout("seed")
+    with open_run(cfg) as run:
+        seed = run.repo.checkout("seed")
+        harness = Path(seed.root) / "harness" / "harness.py"
+        harness.write_text(harness.read_text().replace('stop=["\\n"]', "stop=None"))
+        yield run, run.repo.checkout("seed")
 
 
 def ours(args) -> dict:
     from evolver_grpo.trainer import GRPOTrainer
 
-    run, _ = setup_run(Path(tempfile.mkdtemp(prefix="bench-grpo-")), args)
-    trainer = GRPOTrainer(run, run.config.plugins["grpo"])
-    trainer.setup()
-    times, lens = [], []
-    for step in range(args.steps + 1):
-        row = trainer.step(step)
-        if step:  # the first step warms up
-            times.append(row["step_s"])
-            lens.append(row["response_len"])
-    run.close()
+    with setup_run(Path(tempfile.mkdtemp(prefix="bench-grpo-")), args) as (run, _):
+        trainer = GRPOTrainer(run, run.config.plugins["grpo"])
+        trainer.setup()
+        times, lens = [], []
+        for step in range(args.steps + 1):
+            row = trainer.step(step)
+            if step:  # the first step warms up
+                times.append(row["step_s"])
+                lens.append(row["response_len"])
     return {"step_s": statistics.median(times), "response_len": statistics.mean(lens)}
 
 
@@ -71,50 +69,51 @@ def trl(args) -> dict:
     from evolver.backends.embedded import embedded_model_dir
     from evolver.harness import make_harness
 
-    run, program = setup_run(Path(tempfile.mkdtemp(prefix="bench-trl-")), args)
-    ctx = run.context(program)
-    harness = make_harness(ctx)
-    tasks = run.benchmark.tasks("train")
-    rows = []
-    for t in tasks:
-        env = run.benchmark.env(t)
-        req = harness.next_call(harness.start(t, env.reset()), env.reset())
-        rows.append({"prompt": [{"role": m.role, "content": m.content} for m in req.messages], "task_index": len(rows)})
-    by_index = {i: t for i, t in enumerate(tasks)}
+    with setup_run(Path(tempfile.mkdtemp(prefix="bench-trl-")), args) as (run, program):
+        ctx = run.context(program)
+        harness = make_harness(ctx)
+        tasks = run.benchmark.tasks("train")
+        rows = []
+        for t in tasks:
+            env = run.benchmark.env(t)
+            req = harness.next_call(harness.start(t, env.reset()), env.reset())
+            rows.append({"prompt": [{"role": m.role, "content": m.content} for m in req.messages],
+                         "task_index": len(rows)})
+        by_index = {i: t for i, t in enumerate(tasks)}
 
-    def reward(completions, task_index, **_):
-        out = []
-        for c, i in zip(completions, task_index):
-            text = c[0]["content"] if isinstance(c, list) else c
-            out.append(run.benchmark.env(by_index[i]).step(text).score)
-        return out
+        def reward(completions, task_index, **_):
+            out = []
+            for c, i in zip(completions, task_index):
+                text = c[0]["content"] if isinstance(c, list) else c
+                out.append(run.benchmark.env(by_index[i]).step(text).score)
+            return out
 
-    times, lens = [], []
+        times, lens = [], []
 
-    class Timer(TrainerCallback):
-        def on_step_begin(self, *a, **k):
-            self.t0 = time.perf_counter()
+        class Timer(TrainerCallback):
+            def on_step_begin(self, *a, **k):
+                self.t0 = time.perf_counter()
 
-        def on_step_end(self, *a, **k):
-            times.append(time.perf_counter() - self.t0)
+            def on_step_end(self, *a, **k):
+                times.append(time.perf_counter() - self.t0)
 
-        def on_log(self, _args, state, control, logs=None, **k):
-            if logs and "completions/mean_length" in logs:
-                lens.append(logs["completions/mean_length"])
+            def on_log(self, _args, state, control, logs=None, **k):
+                if logs and "completions/mean_length" in logs:
+                    lens.append(logs["completions/mean_length"])
 
-    folder = str(embedded_model_dir())
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
-    tok = AutoTokenizer.from_pretrained(folder)
-    cfg = GRPOConfig(output_dir=tempfile.mkdtemp(prefix="trl-out-"), per_device_train_batch_size=args.group * args.prompts,
-                     num_generations=args.group, max_completion_length=args.tokens, learning_rate=args.lr,
-                     beta=args.beta, loss_type="grpo", max_steps=args.steps + 1, logging_steps=1, report_to="none",
-                     use_cpu=True, bf16=False, gradient_checkpointing=False, save_strategy="no", temperature=1.0,
-                     num_iterations=1, seed=0, dataloader_num_workers=0)
-    trainer = GRPOTrainer(model=model, processing_class=tok, reward_funcs=reward, args=cfg,
-                          train_dataset=Dataset.from_list(rows))
-    trainer.add_callback(Timer())
-    trainer.train()
-    run.close()
+        folder = str(embedded_model_dir())
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+        tok = AutoTokenizer.from_pretrained(folder)
+        cfg = GRPOConfig(output_dir=tempfile.mkdtemp(prefix="trl-out-"),
+                         per_device_train_batch_size=args.group * args.prompts, num_generations=args.group,
+                         max_completion_length=args.tokens, learning_rate=args.lr,
+                         beta=args.beta, loss_type="grpo", max_steps=args.steps + 1, logging_steps=1, report_to="none",
+                         use_cpu=True, bf16=False, gradient_checkpointing=False, save_strategy="no", temperature=1.0,
+                         num_iterations=1, seed=0, dataloader_num_workers=0)
+        trainer = GRPOTrainer(model=model, processing_class=tok, reward_funcs=reward, args=cfg,
+                              train_dataset=Dataset.from_list(rows))
+        trainer.add_callback(Timer())
+        trainer.train()
     return {"step_s": statistics.median(times[1:]), "response_len": statistics.mean(lens[1:]) if len(lens) > 1 else 0}
 
 

@@ -26,12 +26,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from evolver import plugins
+from evolver import open_run, open_workspace, plugins
 from evolver.config import Config, RoleConfig
 from evolver.harness import SEED_DIR
 from evolver.loop import run_loop
-from evolver.programs import ProgramRepo
-from evolver.run import Run
 from evolver.store import Store
 
 SEED = (SEED_DIR / "harness" / "harness.py").read_text()
@@ -93,14 +91,11 @@ def config(kind: str, store: Path, args) -> Config:
 def measure(kind: str, args) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix=f"evolver-mh-{kind}-"))
     cfg = config(kind, tmp, args)
-    store = Store(tmp / "evolver.duckdb")
-    run = Run(cfg, store, ProgramRepo(tmp))
     try:
-        run_loop(run)
-        return collect(kind, store, run.id)
+        with open_run(cfg, record=False) as run:  # run_loop records the run and seeds the workspace
+            run_loop(run)
+            return collect(kind, run.store, run.id)
     finally:
-        run.close()
-        store.close()
         if args.keep:
             print(f"{kind}: store kept at {tmp}", file=sys.stderr, flush=True)
         else:
@@ -131,7 +126,7 @@ def summarize_kept(folders: list[str]) -> list[dict]:
     out = []
     for folder in folders:
         kind = Path(folder).name.removeprefix("evolver-mh-").rsplit("-", 1)[0]
-        with Store(Path(folder) / "evolver.duckdb", read_only=True) as store:
+        with open_workspace(folder, read_only=True)[0] as store:
             run = store.latest_run(status="finished")
             if run is None:
                 print(f"{folder}: no finished run", file=sys.stderr)

@@ -22,23 +22,17 @@ from pathlib import Path
 
 def build_samples(out: Path, per_category: int) -> dict:
     """The SFT trainer's own samples (gold replayed through the seed harness, skills seeded)."""
+    from evolver import open_run
     from evolver.config import Config
-    from evolver.loop import ensure_seed
-    from evolver.programs import ProgramRepo
-    from evolver.run import Run
-    from evolver.store import Store
     from evolver_skillrl.sft import SFTTrainer
 
     tmp = Path(tempfile.mkdtemp(prefix="evolver-bench-"))
     cfg = Config(store=str(tmp), benchmark_options={"suite": "twx-easy"})
-    run = Run(cfg, Store(tmp / "evolver.duckdb"), ProgramRepo(tmp))
-    run.record()
-    ensure_seed(run)
-    trainer = SFTTrainer(run, {"per_category": per_category})
-    trainer.setup()
-    samples = [{"prompt": s.prompt_ids, "completion": s.completion_ids} for s in trainer.samples]
-    out.write_text(json.dumps(samples))
-    run.close()
+    with open_run(cfg) as run:
+        trainer = SFTTrainer(run, {"per_category": per_category})
+        trainer.setup()
+        samples = [{"prompt": s.prompt_ids, "completion": s.completion_ids} for s in trainer.samples]
+        out.write_text(json.dumps(samples))
     return {"samples": len(samples), "max_prompt": max(len(s["prompt"]) for s in samples)}
 
 

@@ -52,18 +52,18 @@ def sft_child(name: str, steps: int, per_category: int) -> dict:
 
     from evolver_skillrl.sft import SFTTrainer
 
-    _, _, run, _ = seed_workspace()
-    trainer = SFTTrainer(run, {"per_category": per_category, "save_every": 0, **CONFIGS[name]})
-    trainer.setup()
-    times, tokens, computed = [], 0, 0
-    for n, batch in enumerate(trainer.batches()):
-        if n > steps:
-            break
-        row = trainer.step(n + 1, batch)
-        if n:  # the first step selects kernels for new shapes
-            times.append(row["step_s"])
-            tokens += sum(len(s.prompt_ids) + len(s.completion_ids) for s in batch)
-            computed += computed_tokens(batch, trainer.cfg.micro_batch, trainer.cfg.share_prefix)
+    with seed_workspace() as (_, run, _):
+        trainer = SFTTrainer(run, {"per_category": per_category, "save_every": 0, **CONFIGS[name]})
+        trainer.setup()
+        times, tokens, computed = [], 0, 0
+        for n, batch in enumerate(trainer.batches()):
+            if n > steps:
+                break
+            row = trainer.step(n + 1, batch)
+            if n:  # the first step selects kernels for new shapes
+                times.append(row["step_s"])
+                tokens += sum(len(s.prompt_ids) + len(s.completion_ids) for s in batch)
+                computed += computed_tokens(batch, trainer.cfg.micro_batch, trainer.cfg.share_prefix)
     return {"step_s": statistics.mean(times), "tokens": tokens, "computed": computed,
             "samples": len(trainer.samples), "rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6,
             "batch": trainer.cfg.batch_size, "micro": trainer.cfg.micro_batch}

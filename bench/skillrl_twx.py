@@ -29,11 +29,9 @@ CONDITIONS = ("grpo", "static", "evolving")
 
 
 def make_run(args, label: str):
+    """The condition's run in its own workspace (a context manager: ``with make_run(...) as run``)."""
+    from evolver import open_run
     from evolver.config import Config
-    from evolver.loop import ensure_seed
-    from evolver.programs import ProgramRepo
-    from evolver.run import Run
-    from evolver.store import Store
 
     store_dir = Path(args.store) / label
     grpo = {"steps": args.steps, "group_size": args.group, "tasks_per_step": args.prompts, "lr": args.lr,
@@ -48,11 +46,7 @@ def make_run(args, label: str):
              **({"max_steps": args.max_steps} if args.max_steps else {})}
     cfg = Config(store=str(store_dir), benchmark="twx", benchmark_options=bench,
                  plugins={"grpo": grpo, "skillrl": skillrl, "sft": sft})
-    run = Run(cfg, Store(store_dir / "evolver.duckdb"), ProgramRepo(store_dir),
-              run_id=f"bench-{label}-{int(time.time())}")
-    run.record()
-    ensure_seed(run)
-    return run
+    return open_run(cfg, run_id=f"bench-{label}-{int(time.time())}")
 
 
 def condition(args, name: str) -> dict:
@@ -62,10 +56,9 @@ def condition(args, name: str) -> dict:
     from evolver_skillrl.trainer import SkillRLTrainer
 
     label = f"{'sft-' if args.sft else ''}{name}"
-    run = make_run(args, label)
-    started = time.time()
     out = {"condition": label}
-    try:
+    with make_run(args, label) as run:
+        started = time.time()
         grpo = dict(run.config.plugins["grpo"])
         if args.sft:
             sft = SFTTrainer(run, progress=lambda r: print(f"[{label}] sft step {r['step']} loss {r['loss']:.3f}",
@@ -90,8 +83,6 @@ def condition(args, name: str) -> dict:
                    dev_start=summary["evals"][0]["score"], program=summary["program"],
                    growth=[{k: g.get(k) for k in ("step", "general", "task", "lesson", "kept")}
                            for g in summary.get("bank_growth", [])])
-    finally:
-        run.close()
     out["wall_s"] = time.time() - started
     return out
 

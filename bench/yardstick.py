@@ -34,6 +34,8 @@ from pathlib import Path
 
 import duckdb
 
+from evolver import DB_FILE
+
 PLAIN_SFT = 0.57  # ENVIRONMENT.md: one epoch on 864 gold steps, 4 dev seeds per game, actions written freely
 TARGET_SCORE, TARGET_WON = 0.9, 0.8
 
@@ -52,7 +54,7 @@ def evolver(store: Path, *args: str) -> tuple[float, str]:
 
 def latest_eval(store: Path) -> dict:
     """The newest `evolver eval` evaluation: its program, score, success rate and per-category scores."""
-    with duckdb.connect(str(store / "evolver.duckdb"), read_only=True) as db:
+    with duckdb.connect(str(store / DB_FILE), read_only=True) as db:
         run, program = db.execute("SELECT run_id, program_id FROM evaluations WHERE run_id LIKE 'eval-%' "
                                   "ORDER BY created_at DESC LIMIT 1").fetchone()
         rows = db.execute("SELECT category, avg(score), avg(CASE WHEN won THEN 1 ELSE 0 END), count(*) "
@@ -65,7 +67,7 @@ def latest_eval(store: Path) -> dict:
 
 def lineage(store: Path, run_id: str, program: str) -> list[dict]:
     """The programs from the seed to ``program`` (seed first), with operator and hypothesis."""
-    with duckdb.connect(str(store / "evolver.duckdb"), read_only=True) as db:
+    with duckdb.connect(str(store / DB_FILE), read_only=True) as db:
         rows = db.execute("SELECT program_id, parent_id, operator FROM programs WHERE run_id = ?", [run_id]).fetchall()
         props = dict(db.execute("SELECT candidate_id, hypothesis FROM proposals WHERE run_id = ?", [run_id]).fetchall())
     parent = {pid: (par, op) for pid, par, op in rows}
@@ -83,7 +85,7 @@ def pipeline(args, store: Path) -> None:
     sets = [x for kv in args.set for x in ("--set", kv)]
     common = ["--config", str(config), *sets, "--set", f"loop.test_per_category={args.per_category}"]
     wall, out = evolver(store, *common, "run")
-    with duckdb.connect(str(store / "evolver.duckdb"), read_only=True) as db:
+    with duckdb.connect(str(store / DB_FILE), read_only=True) as db:
         run_id, summary = db.execute("SELECT run_id, summary FROM runs WHERE run_id NOT LIKE 'eval-%' AND status = "
                                      "'finished' AND summary LIKE '%best_vs_seed%' ORDER BY created_at DESC "
                                      "LIMIT 1").fetchone()

@@ -38,15 +38,18 @@ _API: dict[str, str] = {
     "Store": "evolver.store",
     **dict.fromkeys(["ProgramRepo", "content_hash"], "evolver.programs"),
     "Frontier": "evolver.frontier",
-    "open_workspace": "evolver.cli",
+    **dict.fromkeys(["open_workspace", "open_run", "DB_FILE"], "evolver.workspace"),
     "ensure_seed": "evolver.loop",
     "make_plugin": "evolver.plugins:make",
     "store_json": "evolver.store_schema:dumps",
     # -- skills (the Agent Skills format) and their checks
     **dict.fromkeys(["Skill", "SkillCaps", "parse_skill", "validate_skill", "load_skills", "check_skills",
-                     "write_skill", "check_name", "render_index", "relevant", "tokens", "shipped_skill"],
+                     "write_skill", "check_name", "render_index", "relevant", "tokens", "shipped_skill",
+                     "shipped_skills_dir"],
                     "evolver.skills"),
     "content_problems": "evolver.skill_quality",
+    # -- text embeddings for retrieval and dedup (a dense model loads only when asked for)
+    **dict.fromkeys(["load_embedder", "SentenceEmbedder", "HashingEmbedder", "cosine"], "evolver.embeddings"),
     **dict.fromkeys(["check_skill_files", "audit_leakage"], "evolver.checks"),
     # -- playing episodes: evaluation, demonstrations, ablations
     **dict.fromkeys(["run_episodes", "evaluate_many", "summarize"], "evolver.evaluate"),

@@ -72,11 +72,14 @@ def _candidate_text(root: Path) -> str:
     return "\n".join(parts)
 
 
-def audit_leakage(root: Path, forbidden: list[str], sequences: list[list[str]], parent_root: Path | None = None) -> str:
+def audit_leakage(root: Path, forbidden: list[str], sequences: list[list[str]], parent_root: Path | None = None,
+                  tasks: list = ()) -> str:
     """Reject gold answers or task ids of the tasks a candidate was built from.
 
     - ``forbidden`` strings (task ids, gold answers) must not appear as whole words; strings shorter
-      than 4 characters are skipped (a "4" in a skill is not a leak of the answer 4).
+      than 4 characters are matched in context instead (a "4" in a skill is not a leak of the answer 4).
+    - a short gold answer of one of ``tasks`` (the tasks shown to the proposer) leaks when it appears
+      within 80 characters of two distinctive words of that task's prompt: "apples ... 7".
     - a gold action ``sequence`` leaks when three of its consecutive steps appear in order within
       300 characters (single actions like "open fridge" are legitimate advice).
     Text the parent already had is not held against the candidate.
@@ -90,6 +93,12 @@ def audit_leakage(root: Path, forbidden: list[str], sequences: list[list[str]], 
         pattern = r"(?<!\w)" + re.escape(item) + r"(?!\w)"
         if re.search(pattern, text) and not re.search(pattern, before):
             return f"leaks a gold answer or task id: {item!r}"
+    for task in tasks:
+        gold = str(task.gold).strip().lower() if isinstance(task.gold, (str, int, float)) else ""
+        if gold and len(gold) < 4:
+            near = _answer_in_context(text, gold, task.prompt)
+            if near and not _answer_in_context(before, gold, task.prompt):
+                return f"leaks the gold answer {gold!r} of task {task.id} next to its words: {near!r}"
     for seq in sequences:
         steps = [s.strip().lower() for s in seq if s and s.strip()]
         for i in range(len(steps) - 2):
@@ -99,6 +108,25 @@ def audit_leakage(root: Path, forbidden: list[str], sequences: list[list[str]], 
             pattern = re.escape(a) + r"[\s\S]{0,300}?" + re.escape(b) + r"[\s\S]{0,300}?" + re.escape(c)
             if re.search(pattern, text) and not re.search(pattern, before):
                 return f"leaks a gold action sequence: {a!r} -> {b!r} -> {c!r}"
+    return ""
+
+
+_COMMON = set("""about above after again against because before being below between could does doing during
+each from further have having here into itself just more most once only other over same should some such than
+that their them then there these they this those through under until very what when where which while with
+would your answer question many much total""".split())
+
+
+def _answer_in_context(text: str, answer: str, prompt: str, span: int = 80) -> str:
+    """The stretch of ``text`` where ``answer`` (a whole word) stands within ``span`` characters of two
+    distinctive words (5+ letters, not common) of ``prompt``; "" when there is none."""
+    words = {w for w in re.findall(r"[a-z]{5,}", str(prompt).lower()) if w not in _COMMON}
+    if len(words) < 2:
+        return ""
+    for m in re.finditer(r"(?<!\w)" + re.escape(answer) + r"(?!\w)", text):
+        window = text[max(0, m.start() - span):m.end() + span]
+        if len(words & set(re.findall(r"[a-z]{5,}", window))) >= 2:
+            return " ".join(window.split())[:120]
     return ""
 
 

@@ -9,9 +9,11 @@ from pathlib import Path
 import click
 
 from evolver import plugins
+from evolver.cli_programs import programs, skills
 from evolver.config import Config, load_config
 from evolver.errors import EvolverError
 from evolver.report import text_table
+from evolver.workspace import open_run, open_workspace
 
 
 class Ctx:
@@ -23,16 +25,6 @@ class Ctx:
         if self.store_override:
             overrides.append(f"store={json.dumps(self.store_override)}")
         return load_config(self.config_path, overrides)
-
-
-def open_workspace(config: Config):
-    """The workspace ``config.store`` names (created when missing): ``(Store, ProgramRepo)``."""
-    from evolver.programs import ProgramRepo
-    from evolver.store import Store
-
-    root = Path(config.store)
-    root.mkdir(parents=True, exist_ok=True)
-    return Store(root / "evolver.duckdb"), ProgramRepo(root)
 
 
 class EvolverGroup(click.Group):
@@ -68,7 +60,6 @@ def cli(ctx, config_path, overrides, store, plugin_paths):
 def init(obj: Ctx, force):
     """Write evolver.toml and create the workspace with its seed program."""
     from evolver.loop import ensure_seed
-    from evolver.run import Run
 
     path = Path(obj.config_path)
     if path.exists() and not force:
@@ -77,9 +68,7 @@ def init(obj: Ctx, force):
         path.write_text(DEFAULT_TOML)
         click.echo(f"wrote {path}")
     config = obj.config()
-    store, repo = open_workspace(config)
-    with store:
-        run = Run(config, store, repo, run_id="init")
+    with open_run(config, "init", record=False) as run:  # no run row: init is not a run to list or resume
         program = ensure_seed(run)
     click.echo(f"workspace {config.store}: seed program {program.commit[:10]} in {config.store}/programs")
 
@@ -103,8 +92,7 @@ def eval_cmd(obj: Ctx, benchmark, suite, split, per_category, program_ref, backe
              overrides):
     """Play one program on one benchmark split: a score table, every trace in the store."""
     from evolver.conditions import CONDITIONS, compare, gains_table
-    from evolver.loop import ensure_seed
-    from evolver.run import Run
+    from evolver.programs import ProgramRepo
 
     modes = [m.strip() for m in skills_modes.split(",") if m.strip()]
     bad = [m for m in modes if m not in CONDITIONS]
@@ -122,26 +110,21 @@ def eval_cmd(obj: Ctx, benchmark, suite, split, per_category, program_ref, backe
     if model:
         extra.append(f"roles.executor.model={json.dumps(model)}")
     config = obj.config(extra + list(overrides))
-    store, repo = open_workspace(config)
+    repo = ProgramRepo(Path(config.store))  # the program decides the model, so the config, before the run
     checkpoint = None if model else program_checkpoint(repo, program_ref, config)
     if checkpoint:  # a trained program carries its weights: play it with them
         extra.append(f"roles.executor.model={json.dumps(checkpoint)}")
         config = obj.config(extra + list(overrides))
         click.echo(f"model: {checkpoint} (the program's checkpoint)", err=True)
     started = time.perf_counter()
-    with store:
-        run = Run(config, store, repo, run_id="eval-" + time.strftime("%Y%m%d-%H%M%S"))
-        run.record()
-        ensure_seed(run)
+    with open_run(config, "eval-" + time.strftime("%Y%m%d-%H%M%S")) as run:
+        store = run.store
         program = repo.checkout(program_ref_or_seed(repo, program_ref))
         tasks = run.benchmark.tasks(split, per_category=per_category)
         click.echo(f"playing {len(tasks)} {split} tasks of {config.benchmark} with program {program.id} "
                    f"(skills: {', '.join(modes)})", err=True)
-        try:
-            evals = compare(run, program, tasks, modes, max_live=max_live,
-                            progress=lambda d, t: click.echo(f"  {d}/{t} episodes", err=True))
-        finally:
-            run.close()
+        evals = compare(run, program, tasks, modes, max_live=max_live,
+                        progress=lambda d, t: click.echo(f"  {d}/{t} episodes", err=True))
         for ev in evals.values():
             store.add_evaluation(run.id, 0, ev)
         store.update_run(run.id, status="finished", summary={
@@ -178,26 +161,55 @@ def program_checkpoint(repo, ref: str, config: Config) -> str | None:
     return checkpoint_path(Path(config.store), model)
 
 
-@cli.command()
-@click.option("--trainer", "trainer_name", default="grpo", show_default=True, help="A registered trainer.")
-@click.option("--sft", "sft", is_flag=True, help="Cold-start SFT on skill-conditioned gold steps (trainer 'sft').")
-@click.option("--skillrl", "skillrl", is_flag=True, help="GRPO with recursive skill-bank evolution (trainer 'skillrl').")
+class TrainCommand(click.Command):
+    """``evolver train`` plus ``--NAME`` for each registered trainer that asks for a flag (``Trainer.flag``).
+
+    The flags join when the command parses or shows its help, after ``--plugin`` files loaded, so
+    ``evolver --help`` loads no trainer."""
+
+    def get_params(self, ctx: click.Context) -> list[click.Parameter]:
+        from evolver.trainers import flagged
+
+        params = super().get_params(ctx)
+        if "trainer_flags" not in ctx.meta:  # once per parse: click asks more than once
+            try:
+                entries = plugins.registries()["trainer"].entries
+            except EvolverError:  # a broken plugin: the command says so when it asks for its trainer
+                entries = {}
+            taken = {opt for param in params for opt in param.opts}
+            ctx.meta["trainer_flags"] = [
+                click.Option([f"--{name}", f"trainer_flag_{i}"], is_flag=True, flag_value=name, default=None,
+                             help=f"Trainer {name!r}: {entries[name].description or name} (= --trainer {name}).")
+                for i, name in enumerate(flagged(entries.values())) if f"--{name}" not in taken]
+        return params[:1] + ctx.meta["trainer_flags"] + params[1:]  # after --trainer, in the help too
+
+
+@cli.command(cls=TrainCommand)
+@click.option("--trainer", "trainer_name", default=None,
+              help="A registered trainer (default: the config's `trainer`, else the first registered one "
+                   "without a flag of its own; `evolver plugins` lists them).")
 @click.option("--steps", type=int, default=None, help="Training steps (default: the trainer's option).")
 @click.option("--program", "program_ref", default=None, help="Program whose skills and harness are used.")
 @click.option("--resume", is_flag=True, help="Continue the latest unfinished training run from its last checkpoint.")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a config key (repeatable).")
 @click.pass_obj
-def train(obj: Ctx, trainer_name, sft, skillrl, steps, program_ref, resume, overrides):
-    """Fine-tune the executor's model with a trainer (GRPO by default), the program's skills in the prompt.
+def train(obj: Ctx, trainer_name, steps, program_ref, resume, overrides, **trainer_flags):
+    """Fine-tune the executor's model with a trainer, the program's skills in the prompt.
 
-    Trainer options live under [plugins.NAME] (e.g. --set plugins.grpo.group_size=8). Every step's
+    Trainer options live under [plugins.NAME] (e.g. --set plugins.NAME.steps=8). Every step's
     metrics land in the store's train_steps table; the checkpoint is committed as a program."""
-    from evolver.loop import ensure_seed
-    from evolver.run import Run
+    from evolver.trainers import default_trainer, progress_line
 
-    if sft and skillrl:
-        raise EvolverError("--sft and --skillrl are two trainers: run `evolver train --sft` first, then --skillrl")
-    trainer_name = "sft" if sft else "skillrl" if skillrl else trainer_name
+    chosen = [name for name in trainer_flags.values() if name]
+    said = [f"--{name}" for name in chosen] + [f"--trainer {trainer_name}"] * (trainer_name not in (None, *chosen))
+    if len(said) > 1:
+        raise EvolverError(f"{' and '.join(said)} name {'two' if len(said) == 2 else len(said)} trainers: "
+                           "`evolver train` runs one at a time (run it once for each)")
+    if chosen:
+        trainer_name = chosen[0]
+    elif not trainer_name:
+        trainer_name = default_trainer(plugins.registries()["trainer"].entries.values(),
+                                       obj.config(list(overrides)).trainer)
     extra = []
     if steps is not None:
         extra.append(f"plugins.{trainer_name}.steps={steps}")
@@ -205,37 +217,22 @@ def train(obj: Ctx, trainer_name, sft, skillrl, steps, program_ref, resume, over
         extra.append(f"plugins.{trainer_name}.program={json.dumps(program_ref)}")
     config = obj.config(extra + list(overrides))
     entry = plugins.get("trainer", trainer_name)
-    store, repo = open_workspace(config)
     started = time.perf_counter()
-    with store:
-        run_id = "train-" + time.strftime("%Y%m%d-%H%M%S")
-        if resume:
-            row = store.latest_run(status=("running", "failed"), prefix="train-")
-            if row is None:
-                raise EvolverError("no unfinished training run to resume in this store; start one with `evolver train`")
-            run_id = row["run_id"]
-            config = Config.model_validate(row["config"])
-            store.update_run(run_id, status="running")
-        run = Run(config, store, repo, run_id=run_id, resumed=resume)
-        run.record()
-        ensure_seed(run)
+    unfinished = {"status": ("running", "failed"), "prefix": "train-"}
+    with open_run(config, "train-" + time.strftime("%Y%m%d-%H%M%S"), resume=unfinished if resume else None,
+                  nothing_to_resume="no unfinished training run to resume in this store; "
+                                    "start one with `evolver train`") as run:
+        store = run.store
+        trainer = None
 
-        def progress(row: dict) -> None:
-            if "reward_mean" not in row and "loss" in row:  # a supervised trainer (sft)
-                click.echo(f"step {row['step']:>3}  loss {row['loss']:.4f}  {row.get('step_s', 0):.1f}s", err=True)
-                return
-            click.echo(f"step {row['step']:>3}  reward {row.get('reward_mean', 0):.3f}±{row.get('reward_std', 0):.3f}"
-                       f"  zero-var {row.get('zero_var_frac', 0):.2f}  kl {row.get('kl', 0):.4f}"
-                       f"  clip {row.get('clip_frac', 0):.3f}  len {row.get('response_len', 0):.1f}"
-                       f"  {row.get('step_s', 0):.1f}s (rollout {row.get('rollout_s', 0):.1f})", err=True)
+        def progress(row: dict) -> None:  # the trainer's own columns (Trainer.columns)
+            click.echo(progress_line(getattr(trainer, "columns", ()), row), err=True)
         try:
-            trainer = entry.factory(run, config.plugins.get(trainer_name, {}), progress=progress)
+            trainer = entry.factory(run, run.config.plugins.get(trainer_name, {}), progress=progress)
             summary = trainer.train(resume=True) if resume else trainer.train()
         except BaseException:
             store.update_run(run.id, status="failed")
             raise
-        finally:
-            run.close()
         store.update_run(run.id, status="finished", summary={
             k: v for k, v in summary.items() if k != "history"} | {"wall_s": time.perf_counter() - started})
     for ev in summary.get("evals", []):
@@ -255,7 +252,7 @@ def train(obj: Ctx, trainer_name, sft, skillrl, steps, program_ref, resume, over
 def run(obj: Ctx, resume, proposer_names, iterations, overrides):
     """Run the self-improvement loop, then evaluate the frontier on test and write a report."""
     from evolver.loop import run_loop
-    from evolver.run import Run
+    from evolver.run import LOOP_RUN_ID
     from evolver.ui import LiveStatus
 
     extra = []
@@ -264,24 +261,22 @@ def run(obj: Ctx, resume, proposer_names, iterations, overrides):
     if iterations is not None:
         extra.append(f"loop.iterations={iterations}")
     config = obj.config(extra + list(overrides))
-    store, repo = open_workspace(config)
-    with store:
-        run_id = None
-        if resume:
-            from evolver.run import LOOP_RUN_ID
-
-            row = store.latest_run(status="running", pattern=LOOP_RUN_ID)
-            if row is None:
-                raise EvolverError("no unfinished run to resume in this store; start one with `evolver run`")
-            config = Config.model_validate(row["config"])
-            run_id = row["run_id"]
-        with LiveStatus() as ui:
-            r = Run(config, store, repo, run_id=run_id, resumed=resume, console=ui.console)
-            r.ui = ui
-            try:
+    # A killed run is still "running"; one that stopped on an error is "failed": both resume, with any
+    # --set given now correcting the config they recorded.
+    unfinished = {"status": ("running", "failed"), "pattern": LOOP_RUN_ID}
+    with open_run(config, resume=unfinished if resume else None, record=False,  # run_loop records and seeds
+                  nothing_to_resume="no unfinished run to resume in this store; start one with `evolver run`",
+                  corrections=obj.overrides + extra + list(overrides) if resume else ()) as r:
+        try:
+            with LiveStatus() as ui:
+                r.console, r.ui = ui.console, ui
                 summary = run_loop(r)
-            finally:
-                r.close()
+        except Exception as exc:
+            if r.store.get_run(r.id) is not None:
+                r.store.update_run(r.id, status="failed", summary={"error": f"{type(exc).__name__}: {exc}"[:4000]})
+                click.secho(f"run {r.id} stopped: fix the cause, then `evolver run --resume` "
+                            "(--set KEY=VALUE corrects its config)", fg="yellow", err=True)
+            raise
     from evolver.report import paired_lines
 
     t = summary["test"]
@@ -304,42 +299,8 @@ def plugins_cmd():
             click.echo(f"    provides: {', '.join(row['provides'])}")
 
 
-@cli.group()
-def skills():
-    """Inspect program versions: lineage, diffs, contents."""
-
-
-@skills.command(name="log")
-@click.pass_obj
-def skills_log(obj: Ctx):
-    """Every program with its parent, operator and scores (lineage)."""
-    from evolver.programs import ProgramRepo
-
-    repo = ProgramRepo(Path(obj.config().store))
-    rows = [[r["id"], r.get("parent") or "", r.get("operator") or "", _fmt_scores(r.get("scores") or {}),
-             " ".join(r.get("tags") or []), (r.get("message") or "")[:50]] for r in repo.log()]
-    click.echo(text_table(["program", "parent", "operator", "scores", "tags", "message"], rows))
-
-
-@skills.command(name="diff")
-@click.argument("a")
-@click.argument("b")
-@click.pass_obj
-def skills_diff(obj: Ctx, a, b):
-    """Unified diff between two programs (ids, tags or commits)."""
-    from evolver.programs import ProgramRepo
-
-    click.echo(ProgramRepo(Path(obj.config().store)).diff(a, b))
-
-
-@skills.command(name="show")
-@click.argument("ref")
-@click.pass_obj
-def skills_show(obj: Ctx, ref):
-    """A program's manifest, prompt and skills."""
-    from evolver.programs import ProgramRepo
-
-    click.echo(ProgramRepo(Path(obj.config().store)).show(ref))
+cli.add_command(programs)
+cli.add_command(skills)
 
 
 @cli.command()
@@ -350,18 +311,20 @@ def skills_show(obj: Ctx, ref):
 @click.pass_obj
 def traces(obj: Ctx, sql, episode, run_id, limit):
     """Query the trace store with SQL, or show an episode's trace readably."""
-    from evolver.store import Store
-
-    with Store(Path(obj.config().store) / "evolver.duckdb") as store:
+    # Read-only, with no file access beyond the store: a query can neither change the store nor read,
+    # write or attach other files. Options are bound as parameters, never pasted into the SQL.
+    with open_workspace(obj.config(), read_only=True)[0] as store:
         if episode:
             click.echo(store.format_episode(store.episode(episode)))
             return
+        params: list = []
         if not sql:
-            where = f"WHERE run_id = '{run_id}'" if run_id else ""
-            sql = (f"SELECT substr(episode_id, 1, 8) AS episode, run_id, program_id, task_id, purpose, "
-                   f"round(score, 3) AS score, n_steps, prompt_tokens, error IS NOT NULL AS failed "
-                   f"FROM episodes {where} ORDER BY created_at DESC LIMIT {int(limit)}")
-        cols, rows = store.query(sql)
+            where = "WHERE run_id = ?" if run_id else ""
+            params = ([run_id] if run_id else []) + [int(limit)]
+            sql = ("SELECT substr(episode_id, 1, 8) AS episode, run_id, program_id, task_id, purpose, "
+                   "round(score, 3) AS score, n_steps, prompt_tokens, error IS NOT NULL AS failed "
+                   f"FROM episodes {where} ORDER BY created_at DESC LIMIT ?")
+        cols, rows = store.query(sql, params)
     click.echo(text_table(cols, [[("" if v is None else str(v))[:60] for v in r] for r in rows]))
 
 
@@ -369,9 +332,7 @@ def traces(obj: Ctx, sql, episode, run_id, limit):
 @click.pass_obj
 def frontier(obj: Ctx):
     """The frontier of the latest run."""
-    from evolver.store import Store
-
-    with Store(Path(obj.config().store) / "evolver.duckdb") as store:
+    with open_workspace(obj.config())[0] as store:
         row = store.latest_run()
         if row is None:
             raise EvolverError("no run in this store yet: `evolver run` first")
@@ -396,11 +357,6 @@ def report(obj: Ctx, run_id):
     if not files:
         raise EvolverError(f"no report in {reports}: runs write one when they finish")
     click.echo(files[-1].read_text())
-
-
-def _fmt_scores(scores: dict) -> str:
-    return " ".join(f"{k}={v:.3f}" if isinstance(v, (int, float)) else f"{k}={v}" for k, v in sorted(scores.items())
-                    if k.endswith("score") or k.endswith("context_tokens"))
 
 
 DEFAULT_TOML = """\

@@ -52,12 +52,17 @@ class LoopConfig(Strict):
     staged: bool = True
     """Staged evaluation: candidates play one dev task per category first; one clearly worse than its
     parent there (by more than one task's worth) is not played on the rest of dev."""
-    sandbox_smoke: bool = True
-    """Play each candidate's smoke episode with its harness in a sandboxed subprocess (memory limit, no
-    network, read-only file system; see evolver/harness_sandbox.py). Later stages run the harness in-process
-    (faster), each call under the same time limit; turn this off only for a harness that needs more access."""
-    smoke_memory_mb: int = 2048
-    """Memory limit of the sandboxed smoke harness process."""
+    monitor: Literal["judge", "rules", "off"] = "judge"
+    """The anti-hack monitor on each candidate's added code (evolver/monitor.py): rules flag what reaches for
+    answers, the store or the evaluator; "judge" rejects what the judge role confirms, "rules" whatever
+    is flagged, "off" nothing."""
+    sandbox_harness: bool = True
+    """Run every program's harness in a sandboxed subprocess, in every stage the loop plays (smoke, probe,
+    dev, test, proposers' rollouts): memory limit, no network, read-only file system, and a process of its
+    own, so candidate code never runs where the tasks' answers, the store and the audits live (see
+    evolver/harness_sandbox.py). Off: harnesses run in-process, each call under the same time limit."""
+    harness_memory_mb: int = 2048
+    """Memory limit of each sandboxed harness process."""
     candidates_per_iteration: int = 3
     """How many candidates the proposers build per iteration (evaluated side by side), shared out
     among the proposers in order (the default three get one each)."""
@@ -130,6 +135,9 @@ class Config(Strict):
     """Active proposer plugins; several may run side by side. The default learns from experience
     (imitation of the benchmark's demonstrations, expert iteration on the policy's own successes:
     checkpoints, ``plugins/experience``) and evolves skills for the trained policy (EvoSkill)."""
+    trainer: str | None = None
+    """Trainer ``evolver train`` runs when neither ``--trainer`` nor a trainer's own flag names one.
+    None: the first registered trainer without a flag of its own (``evolver plugins`` lists them)."""
     roles: dict[str, RoleConfig] = Field(default_factory=lambda: {r: RoleConfig() for r in ROLES})
     """Backend and model per role: executor, proposer, builder, judge."""
     loop: LoopConfig = Field(default_factory=LoopConfig)

@@ -16,10 +16,21 @@ def _lazy(module: str, attr: str):
 
 @hookimpl
 def register_benchmarks(register):
-    register("twx", _lazy("evolver.benchmarks.twx", "TwxBenchmark"),
-             "TextWorldExpress text games (suites twx-easy, twx-hard); needs Java 17")
+    register("twx", _twx, "TextWorldExpress text games (suites twx-easy, twx-hard); needs Java 17")
     register("basic", _lazy("evolver.benchmarks.basic", "BasicBenchmark"),
              "zero-dependency fallback: arithmetic, unit conversion, 2-4 hop knowledge-base tool use")
+
+
+def _twx(**options):
+    """TextWorldExpress runs in a JVM; without Java the zero-dependency benchmark stands in, said loudly."""
+    import shutil
+    import sys
+
+    if shutil.which("java") is None:
+        print("evolver: Java not found, so twx cannot run; using the built-in 'basic' benchmark "
+              "instead (install openjdk-17-jre-headless for twx)", file=sys.stderr)
+        return _lazy("evolver.benchmarks.basic", "BasicBenchmark")()
+    return _lazy("evolver.benchmarks.twx", "TwxBenchmark")(**options)
 
 
 @hookimpl

@@ -47,6 +47,8 @@ def register_trainers(register):
         returns an object whose ``train()`` returns a summary dict (``program``: the id of the program
         committed with the new checkpoint, ``checkpoint``: its folder, ``evals``: held-out scores).
         ``options`` is the config's ``[plugins.NAME]`` table; ``progress(row)`` is called per step.
+        Register the :class:`evolver.Trainer` subclass itself as the factory: ``evolver train`` reads
+        its ``flag`` (True: ``evolver train --NAME``) and ``columns`` (its progress line) from it.
     """
 
 
@@ -57,6 +59,20 @@ def register_harnesses(register):
 
     :param register: ``register(name, source_path, description="")``: the path of a Python file that
         defines ``class Harness`` (see :mod:`evolver.harness`).
+    """
+
+
+@hookspec
+def register_migrations(register):
+    """Register the plugin's own tables in the run store, as numbered migrations. A store applies the
+    ones it has not recorded, in order, each in one transaction with its record, whenever it opens
+    with the plugin loaded (old stores upgrade on their next writable open).
+
+    :param register: ``register(plugin, migrations)``: ``plugin`` is the key the store records them
+        under (the plugin's entry-point name; keep it stable: a new key runs them again), ``migrations``
+        a list of functions ``mNNN_description(con)`` numbered from 001 that take the DuckDB
+        connection. A released migration is never edited: a change is a new number. The plugin
+        writes its tables with :meth:`evolver.Store.execute` and reads them with ``Store.query``.
     """
 
 

@@ -22,7 +22,7 @@ import time
 import traceback
 from pathlib import Path
 
-from evolver import plugins
+from evolver import monitor, plugins
 from evolver.backends.sampling import SampledBackend
 from evolver.checks import audit_harness_code, audit_leakage, check_harness_import, check_skill_files
 from evolver.evaluate import Job, evaluate_many, run_episodes, sample_stratified, summarize
@@ -86,8 +86,21 @@ def executor(run: Run, program: Program, temperature: float | None = None):
 def play(run: Run, jobs: list, temperature: float | None = None, **kw) -> list[list]:
     """:func:`evaluate_many` with each program's own executor (:func:`executor`, at the job's
     ``temperature`` or else this one): programs that play with the same weights share one lockstep,
-    greedy and sampled alike; a trained program plays with its checkpoint."""
+    greedy and sampled alike; a trained program plays with its checkpoint. Harnesses run sandboxed
+    (``loop.sandbox_harness``), one process per job, closed when its episodes are done."""
     jobs = [Job.of(job) for job in jobs]
+    if kw.get("harness_factory") is None and run.config.loop.sandbox_harness:
+        opened: list = []
+
+        def sandboxed(ctx):
+            from evolver.harness_sandbox import SandboxedHarness
+            opened.append(SandboxedHarness(ctx, memory_mb=run.config.loop.harness_memory_mb))
+            return opened[-1]
+        try:
+            return play(run, jobs, temperature, **kw, harness_factory=sandboxed)
+        finally:
+            for harness in opened:
+                harness.close()
     groups: dict[str | None, list[int]] = {}
     for j, job in enumerate(jobs):
         groups.setdefault(run.checkpoint_of(job.ctx.program), []).append(j)
@@ -155,6 +168,7 @@ def _progress(run: Run, label: str):
 def run_loop(run: Run) -> dict:
     """Run (or resume) the search, then the final test evaluation. Returns the summary."""
     cfg = run.config.loop
+    plugins.check_config(run.config)
     run.record()
     seed = ensure_seed(run)
     run.repo.gc_worktrees()  # worktrees of candidates a killed run left behind
@@ -250,7 +264,7 @@ def iterate(run: Run, it: int, proposers: dict, data: dict) -> list[str]:
                        key=lambda e: -e.score)[:2]
 
     drafts = _propose(run, it, proposers, parent, failures, successes)
-    candidates = _check(run, it, parent, drafts, data, task_texts=[e.task.prompt for e in failures])
+    candidates = _check(run, it, parent, drafts, data, shown=[e.task for e in failures])
     admitted = _evaluate_and_select(run, it, candidates, data)
     summary["admitted"] = admitted
     summary["candidates"] = [c.id for c in candidates] + [d.candidate_id for d in drafts if d.rejected]
@@ -271,6 +285,30 @@ def _next_id(run: Run) -> str:
     while f"p{n:04d}" in used:
         n += 1
     return f"p{n:04d}"
+
+
+# outcome -> (the proposal's new status, its frontier event); None: that record is left as it is.
+_RECORDED_AS = {"proposed": ("proposed", None), "rejected": ("rejected", "reject"), "evaluated": (None, None),
+                "discarded": ("discarded", "reject"), "admitted": ("admitted", "admit")}
+
+
+def _transition(run: Run, it: int, cand: Candidate, outcome: str, reason: str = "", evidence: dict | None = None,
+                detail: dict | None = None, note: str = "", evicted: dict | None = None) -> None:
+    """A candidate changes state (``outcome``, an ``on_candidate`` outcome), recorded everywhere it shows,
+    in this order: its proposal row (``evidence`` replaces its scores, ``detail`` its detail), its frontier
+    event (``evidence`` as the metrics) and an "evict" event per member it displaced (``evicted``: id ->
+    that member's metrics), the run.log line ``"<id> <note>"`` (none without a note), then the hook, so a
+    plugin sees the change already stored."""
+    status, event = _RECORDED_AS[outcome]
+    if status:
+        run.store.update_proposal(cand.id, status, reason, evidence, detail=detail)
+    if event:
+        run.store.add_frontier_event(run.id, it, cand.id, event, evidence or {}, reason)
+    for gone, metrics in (evicted or {}).items():
+        run.store.add_frontier_event(run.id, it, gone, "evict", metrics, f"displaced by {cand.id}")
+    if note:
+        run.log(f"{cand.id} {note}" + (f"; displaces {', '.join(evicted)}" if evicted else ""))
+    plugins.hook().on_candidate(run=run, candidate=cand, outcome=outcome)
 
 
 def _propose(run: Run, it: int, proposers: dict, parent: Program, failures, successes) -> list[Draft]:
@@ -312,17 +350,18 @@ def _propose(run: Run, it: int, proposers: dict, parent: Program, failures, succ
 def _reject(run: Run, it: int, draft: Draft, reason: str) -> None:
     cand = Candidate(draft.candidate_id, draft.proposal, f"cand/{draft.candidate_id}", status="rejected",
                      reason=reason, worktree=str(draft.path))
-    run.store.update_proposal(draft.candidate_id, "rejected", reason, detail=draft.proposal.detail)
-    run.store.add_frontier_event(run.id, it, draft.candidate_id, "reject", {}, reason)
-    plugins.hook().on_candidate(run=run, candidate=cand, outcome="rejected")
-    run.log(f"{draft.candidate_id} rejected: {reason.splitlines()[0]}")
+    _transition(run, it, cand, "rejected", reason, detail=draft.proposal.detail,
+                note=f"rejected: {reason.splitlines()[0]}")
 
 
 def _check(run: Run, it: int, parent: Program, drafts: list[Draft], data: dict,
-           task_texts: list[str] | None = None) -> list[Candidate]:
-    """Commit every draft, then the cheap checks; the smoke episodes of all survivors run together."""
-    hook = plugins.hook()
+           shown: list | None = None) -> list[Candidate]:
+    """Commit every draft, then the cheap checks (``shown``: the tasks the proposers saw, whose texts and
+    answers a candidate must not copy) and the anti-hack monitor; the smoke episodes of all survivors run
+    together."""
     checked: list[Candidate] = []
+    shown = shown or []
+    task_texts = [t.prompt for t in shown]
     for d in drafts:
         if d.rejected:
             _reject(run, it, d, d.rejected)
@@ -338,15 +377,15 @@ def _check(run: Run, it: int, parent: Program, drafts: list[Draft], data: dict,
         cand = Candidate(d.candidate_id, d.proposal, f"cand/{d.candidate_id}", program.commit,
                          str(d.path), program.hash, status="proposed")
         cand.program = program  # type: ignore[attr-defined]
-        run.store.update_proposal(d.candidate_id, "proposed", detail=d.proposal.detail)  # as the proposer left it
-        hook.on_candidate(run=run, candidate=cand, outcome="proposed")
+        _transition(run, it, cand, "proposed", detail=d.proposal.detail)  # the detail as the proposer left it
         parent_program = run.repo.checkout(d.proposal.parent_id)
         parent_root = Path(parent_program.root)
         reason = ("no change from its parent" if program.hash == parent_program.hash else
                   check_skill_files(Path(d.path), task_texts=task_texts, parent_root=parent_root) or
                   check_harness_import(Path(d.path)) or
-                  audit_leakage(Path(d.path), d.forbidden, d.forbidden_sequences, parent_root) or
-                  audit_harness_code(Path(d.path), parent_root))
+                  audit_leakage(Path(d.path), d.forbidden, d.forbidden_sequences, parent_root, tasks=shown) or
+                  audit_harness_code(Path(d.path), parent_root) or
+                  monitor.review(run.backend("judge"), Path(d.path), parent_root, run.config.loop.monitor))
         if reason:
             _reject(run, it, d, reason)
         else:
@@ -364,26 +403,13 @@ def _check(run: Run, it: int, parent: Program, drafts: list[Draft], data: dict,
 
 
 def _smoke(run: Run, it: int, checked: list[Candidate], data: dict) -> list[list]:
-    """One smoke episode each, on a training task, all in one batch: a candidate that cannot play is out.
-    Its harness runs in a sandboxed subprocess (``loop.sandbox_smoke``): time limit per harness call,
-    memory limit, no network, read-only file system."""
+    """One smoke episode each, on a training task, all in one batch: a candidate that cannot play is out."""
     if not checked:
         return []
     cfg = run.config.loop
-    run.status = f"iteration {it}: smoke episodes" + (" (sandboxed)" if cfg.sandbox_smoke else "")
+    run.status = f"iteration {it}: smoke episodes" + (" (sandboxed)" if cfg.sandbox_harness else "")
     jobs = [(run.context(c.program), data["train"][:1]) for c in checked]  # type: ignore[attr-defined]
-    opened: list = []
-
-    def sandboxed(ctx):
-        from evolver.harness_sandbox import SandboxedHarness
-        opened.append(SandboxedHarness(ctx, memory_mb=cfg.smoke_memory_mb))
-        return opened[-1]
-    try:
-        return play(run, jobs, seed=cfg.episode_seed, purpose="smoke", store=run.store,
-                    harness_factory=sandboxed if cfg.sandbox_smoke else None)
-    finally:
-        for harness in opened:
-            harness.close()
+    return play(run, jobs, seed=cfg.episode_seed, purpose="smoke", store=run.store)
 
 
 def probe_tasks(dev: list) -> list:
@@ -418,10 +444,7 @@ def _probe(run: Run, it: int, candidates: list[Candidate], data: dict) -> list[C
         if score[cand.id] < parent_score - 1.0 / len(probe):
             reason = (f"stopped after the probe: {score[cand.id]:.3f} vs its parent's {parent_score:.3f} "
                       f"on {len(probe)} dev tasks")
-            run.store.update_proposal(cand.id, "discarded", reason, {"probe_score": score[cand.id]})
-            run.store.add_frontier_event(run.id, it, cand.id, "reject", {"probe_score": score[cand.id]}, reason)
-            plugins.hook().on_candidate(run=run, candidate=cand, outcome="discarded")
-            run.log(f"{cand.id} {reason}")
+            _transition(run, it, cand, "discarded", reason, {"probe_score": score[cand.id]}, note=reason)
             run.repo.remove_worktree(cand.id)
         else:
             kept.append(cand)
@@ -443,7 +466,7 @@ def _evaluate_and_select(run: Run, it: int, candidates: list[Candidate], data: d
     for cand, ev, per in zip(candidates, evals, values):
         metrics = ev.metrics()
         cand.scores = metrics
-        hook.on_candidate(run=run, candidate=cand, outcome="evaluated")
+        _transition(run, it, cand, "evaluated")
         before = {m.program_id: m.metrics for m in run.frontier.members}
         decision = run.frontier.consider(cand.id, metrics, it, per_task=per)
         commit = run.repo.record_scores(cand.id, {f"dev_{k}": v for k, v in metrics.items()})
@@ -456,20 +479,13 @@ def _evaluate_and_select(run: Run, it: int, candidates: list[Candidate], data: d
         if decision.admitted:
             admitted.append(cand.id)
             cand.status = "admitted"
-            run.store.add_frontier_event(run.id, it, cand.id, "admit", evidence, decision.reason)
-            for gone in decision.evicted:
-                run.store.add_frontier_event(run.id, it, gone, "evict", before.get(gone, {}), f"displaced by {cand.id}")
-            run.store.update_proposal(cand.id, "admitted", decision.reason, evidence)
-            run.log(f"{cand.id} admitted: {line}" + (f"; displaces {', '.join(decision.evicted)}"
-                                                     if decision.evicted else ""))
-            hook.on_candidate(run=run, candidate=cand, outcome="admitted")
+            _transition(run, it, cand, "admitted", decision.reason, evidence, note=f"admitted: {line}",
+                        evicted={gone: before.get(gone, {}) for gone in decision.evicted})
             hook.on_frontier_changed(run=run, frontier=run.frontier)
         else:
             cand.status = "discarded"
-            run.store.add_frontier_event(run.id, it, cand.id, "reject", evidence, decision.reason)
-            run.store.update_proposal(cand.id, "discarded", decision.reason, evidence)
-            run.log(f"{cand.id} discarded: {line} ({decision.rule})")
-            hook.on_candidate(run=run, candidate=cand, outcome="discarded")
+            _transition(run, it, cand, "discarded", decision.reason, evidence,
+                        note=f"discarded: {line} ({decision.rule})")
         run.repo.remove_worktree(cand.id)
     _retag(run)
     return admitted

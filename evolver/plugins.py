@@ -12,6 +12,7 @@ Environment variables:
 """
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.metadata
 import importlib.util
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pluggy
+import pydantic
 
 from evolver import hookspecs
 from evolver.errors import PluginError, UnknownNameError
@@ -97,6 +99,12 @@ def _short(value: Any, limit: int = 80) -> str:
 def _load_entry_points(pm: pluggy.PluginManager) -> None:
     allowed = os.environ.get("EVOLVER_PLUGINS")
     only = None if allowed is None else {n.strip() for n in allowed.split(",") if n.strip()}
+    installed = {ep.name for ep in importlib.metadata.entry_points(group=GROUP)}
+    if only and only - installed:
+        missing = sorted(only - installed)
+        raise PluginError(f"EVOLVER_PLUGINS names {', '.join(map(repr, missing))}, which "
+                          f"{'is' if len(missing) == 1 else 'are'} not installed; installed plugins: "
+                          f"{', '.join(sorted(installed)) or '(none)'}")
     for ep in importlib.metadata.entry_points(group=GROUP):
         if only is not None and ep.name not in only:
             continue
@@ -104,7 +112,7 @@ def _load_entry_points(pm: pluggy.PluginManager) -> None:
             continue
         try:
             module = ep.load()
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:  # a plugin that calls sys.exit must not end the run silently
             raise PluginError(f"plugin {ep.name!r} ({ep.value}, from package "
                               f"{ep.dist.name if ep.dist else '?'}) failed to import: {exc!r}\n"
                               f"{_tail(traceback.format_exc())}\n"
@@ -136,11 +144,12 @@ def load_local(path: str | Path, pm: pluggy.PluginManager | None = None) -> str:
             module = importlib.util.module_from_spec(spec)
             sys.modules[mod_name] = module
             spec.loader.exec_module(module)
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:
             raise PluginError(f"local plugin {file} failed to import: {exc!r}\n{_tail(traceback.format_exc())}") from exc
         plugin_name = f"local:{file}"
         if pm.get_plugin(plugin_name) is None:
             pm.register(module, name=plugin_name)
+            _check_hooks(pm, plugin_name)
     global _registries
     _registries = None  # registrations changed
     _local_loaded.append(str(path))
@@ -154,12 +163,25 @@ def manager() -> pluggy.PluginManager:
         _load_entry_points(pm)
         for extra in filter(None, os.environ.get("EVOLVER_PLUGIN_PATH", "").split(os.pathsep)):
             load_local(extra, pm)
-        try:
-            pm.check_pending()
-        except pluggy.PluginValidationError as exc:
-            raise PluginError(f"a plugin implements an unknown hook: {exc}") from exc
+        _check_hooks(pm)
         _pm = pm
     return _pm
+
+
+def _check_hooks(pm: pluggy.PluginManager, plugin: str | None = None) -> None:
+    """A hook implementation that matches no hook (a misspelt name) is an error, not silence."""
+    try:
+        pm.check_pending()
+    except pluggy.PluginValidationError as exc:
+        known = [name for name in dir(hookspecs) if not name.startswith("_") and callable(getattr(hookspecs, name))]
+        names = [name for name in dir(pm.hook) if not name.startswith("_")]
+        pending = [name for name in names if not getattr(pm.hook, name).has_spec()]
+        hints = [f"{name!r} (did you mean {close[0]!r}?)" if close else repr(name) for name in pending
+                 for close in [difflib.get_close_matches(name, known, n=1, cutoff=0.6)]]
+        if plugin:
+            pm.unregister(name=plugin)
+        raise PluginError(f"{'plugin ' + plugin if plugin else 'a plugin'} implements unknown hooks: "
+                          f"{', '.join(hints) or exc}; the hooks are in evolver/hookspecs.py") from exc
 
 
 def reset() -> None:
@@ -185,10 +207,33 @@ def registries() -> dict[str, Registry]:
                     caller(register=regs[kind].register(impl.plugin_name))
                 except PluginError:
                     raise
-                except Exception as exc:
+                except (Exception, SystemExit) as exc:
                     raise PluginError(f"plugin {impl.plugin_name!r} failed in {hook_name}: {exc!r}") from exc
         _registries = regs
     return _registries
+
+
+def migrations() -> dict[str, list[Callable]]:
+    """Every loaded plugin's store migrations (hook ``register_migrations``): plugin key -> functions.
+    A key registered by two plugins is an error naming both."""
+    pm = manager()
+    found: dict[str, tuple[str, list[Callable]]] = {}
+    loaded = [p for _, p in pm.list_name_plugin()]
+    for impl in pm.hook.register_migrations.get_hookimpls():
+        def register(plugin: str, fns: list[Callable], _by: str = impl.plugin_name) -> None:
+            if plugin in found and found[plugin][0] != _by:
+                raise PluginError(f"store migrations {plugin!r} are registered twice: by {found[plugin][0]} "
+                                  f"and by {_by}; uninstall one or set EVOLVER_PLUGINS")
+            found[plugin] = (_by, list(fns))
+        # One plugin at a time, as registries() does, to know who registered what.
+        caller = pm.subset_hook_caller("register_migrations", [p for p in loaded if p is not impl.plugin])
+        try:
+            caller(register=register)
+        except PluginError:
+            raise
+        except Exception as exc:
+            raise PluginError(f"plugin {impl.plugin_name!r} failed in register_migrations: {exc!r}") from exc
+    return {plugin: fns for plugin, (_, fns) in found.items()}
 
 
 def get(kind: str, name: str) -> Entry:
@@ -203,10 +248,79 @@ def make(kind: str, name: str, **options: Any) -> Any:
         return entry.factory(**options)
     except TypeError as exc:
         raise PluginError(f"{kind} {name!r} rejected its options {sorted(options)}: {exc}") from exc
+    except pydantic.ValidationError as exc:  # a plugin's own options model: say which key, as the config does
+        raise PluginError(f"{kind} {name!r}: {_explain_options(entry, exc)} (set under [plugins.{name}])") from exc
+
+
+def _explain_options(entry: Entry, exc: pydantic.ValidationError) -> str:
+    model = getattr(sys.modules.get(getattr(entry.factory, "__module__", ""), None), exc.title, None)
+    known = list(model.model_fields) if isinstance(model, type) and issubclass(model, pydantic.BaseModel) else []
+    said = []
+    for err in exc.errors():
+        key = ".".join(str(p) for p in err["loc"])
+        if err["type"] == "extra_forbidden":
+            close = difflib.get_close_matches(key, known, n=1, cutoff=0.5)
+            hint = f"; did you mean {close[0]!r}?" if close else (f"; known options: {', '.join(known)}" if known else "")
+            said.append(f"unknown option {key!r}{hint}")
+        else:
+            said.append(f"option {key!r}: {err['msg']} (got {err.get('input')!r})")
+    return "; ".join(said)
+
+
+def check_config(config) -> None:
+    """Every name a run's config gives (benchmark, each role's backend, selector, proposers, plugin
+    option tables) resolves, checked before any work, so a typo never surfaces after episodes played."""
+    from evolver.config import ROLES
+
+    get("benchmark", config.benchmark)
+    for role in ROLES:
+        get("backend", config.role(role).backend)
+    get("selector", config.loop.selector)
+    for name in config.proposers:
+        get("proposer", name)
+    check_options(config.plugins)
+
+
+def check_options(plugin_options: dict) -> None:
+    """``[plugins.NAME]`` tables must name something a loaded plugin registered (a proposer, a trainer,
+    ...) or a loaded plugin: options for nothing are a typo, not a no-op."""
+    known = {e.name for reg in registries().values() for e in reg.entries.values()}
+    known |= {name for name, _ in manager().list_name_plugin()}
+    for name in plugin_options:
+        if name not in known:
+            close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
+            hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(sorted(k for k in known if ':' not in k and '.' not in k))}"
+            raise PluginError(f"options for unknown plugin {name!r} (plugins.{name}); {hint}")
 
 
 def hook():
-    return manager().hook
+    """The hook relay (``hook().on_candidate(...)``); a plugin's ``sys.exit`` inside a hook becomes a
+    :class:`PluginError` naming the hook, instead of ending the process without a word."""
+    return _Relay(manager().hook)
+
+
+class _Relay:
+    def __init__(self, relay):
+        self._relay = relay
+
+    def __getattr__(self, name: str):
+        return _Guarded(getattr(self._relay, name), name)
+
+
+class _Guarded:
+    def __init__(self, caller, name: str):
+        self._caller, self._name = caller, name
+
+    def __call__(self, *args, **kwargs):
+        try:
+            return self._caller(*args, **kwargs)
+        except SystemExit as exc:
+            who = ", ".join(i.plugin_name for i in self._caller.get_hookimpls())
+            raise PluginError(f"a plugin called sys.exit({exc.code!r}) in hook {self._name} "
+                              f"(implemented by {who}); a plugin must raise an exception instead") from exc
+
+    def __getattr__(self, name: str):
+        return getattr(self._caller, name)
 
 
 def describe() -> list[dict]:

@@ -11,24 +11,29 @@ Layout under the workspace ``root`` (e.g. ``store/``)::
 Tags: ``program/<id>`` on every program's commit, ``frontier/<id>`` on frontier members and ``best`` (moved by
 the caller). So ``git log --all --graph --decorate`` in ``programs/`` tells the run's story without evolver.
 
-Git is driven through its command line (one short subprocess per operation) rather than GitPython objects:
-the subprocess calls are thread-safe, while GitPython's persistent cat-file helpers are not, and candidates are
-built from several threads. Operations that move refs or worktrees hold one lock per workspace.
+Git is driven through GitPython's command interface (``git.Git.execute``: one short git process per
+operation) rather than its object database: those calls are thread-safe, while GitPython's persistent
+cat-file helpers are not, and candidates are built from several threads. Operations that move refs or
+worktrees hold one lock per workspace.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import os
 import re
 import shutil
-import subprocess
 import tarfile
+import sys
+import tempfile
 import threading
+import time
 import tomllib
 from datetime import datetime, timezone
 from pathlib import Path
 
+import git
 import tomli_w
 
 from evolver.errors import ProgramRepoError
@@ -41,6 +46,8 @@ _KEY_ORDER = ("id", "parent", "operator", "proposal", "model", "created")
 _GITIGNORE = "__pycache__/\n*.pyc\n"
 _LOCKS: dict[str, threading.RLock] = {}
 _LOCKS_GUARD = threading.Lock()
+#: Set when evolver runs inside a git hook; they would redirect every command to the outer repository.
+_LEAKED_GIT_ENV = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE")
 
 
 def _counts_for_hash(rel: str) -> bool:
@@ -96,6 +103,24 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
+def _skill_version(text: str | None) -> str | None:
+    """``version`` (or ``metadata.version``) from a SKILL.md's front matter; None without one. Lenient: a
+    history listing should not fail on an old, malformed version of a skill."""
+    import yaml
+
+    if not text or not text.startswith("---"):
+        return None
+    try:
+        data = yaml.safe_load(text[3:].split("\n---", 1)[0])
+    except yaml.YAMLError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    meta = data.get("metadata") if isinstance(data.get("metadata"), dict) else {}
+    version = data.get("version", meta.get("version"))
+    return None if version is None else str(version)
+
+
 class ProgramRepo:
     """The program repository (``<workspace>/programs``, git): one branch per candidate, tags for frontier
     members; ``checkout(ref)`` gives a :class:`evolver.Program`, ``manifest(ref)`` its program.toml."""
@@ -106,21 +131,38 @@ class ProgramRepo:
         self.worktrees_dir = self.root / "worktrees"
         with _LOCKS_GUARD:
             self._lock = _LOCKS.setdefault(str(self.root), threading.RLock())
+            # GitPython starts every git process from a copy of os.environ (it can add variables, not drop
+            # them), so a leaked outer-repository variable is dropped from the process once, here.
+            for key in _LEAKED_GIT_ENV:
+                os.environ.pop(key, None)
+        self._cmd = git.Git(self.path)  # GitPython's command interface on the repository
 
     # --- plumbing -------------------------------------------------------------------------------------
 
     def _git(self, *args: str, cwd: Path | None = None, input: bytes | str | None = None,
              binary: bool = False, check: bool = True, env: dict | None = None):
-        # GIT_DIR & co. leak in when evolver runs inside a git hook; they would redirect every command.
-        full_env = {k: v for k, v in os.environ.items() if k not in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE")}
-        full_env.update({"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C", **(env or {})})
-        data = input.encode() if isinstance(input, str) else input
-        done = subprocess.run(["git", *args], cwd=cwd or self.path, input=data, capture_output=True,
-                              env=full_env)
-        if check and done.returncode != 0:
-            raise ProgramRepoError(f"git {' '.join(args[:3])} failed in {cwd or self.path}: "
-                                   f"{done.stderr.decode(errors='replace').strip()}")
-        return done.stdout if binary else done.stdout.decode(errors="replace").rstrip("\n")
+        """Run ``git ARGS`` in the repository (or ``cwd``, a worktree): its stdout, text or ``binary``;
+        a failure (with ``check``) is a :class:`ProgramRepoError` naming the command, folder and git's words."""
+        where = Path(cwd or self.path)
+        failed = f"git {' '.join(args[:3])} failed in {where}"
+        if not where.is_dir():  # GitPython would quietly run it in the process's current folder instead
+            raise ProgramRepoError(f"{failed}: no such folder")
+        cmd = self._cmd if cwd is None else git.Git(where)
+        # GitPython takes stdin as a file, not bytes.
+        with tempfile.TemporaryFile() if input is not None else contextlib.nullcontext() as stdin:
+            if stdin is not None:
+                stdin.write(input.encode() if isinstance(input, str) else input)
+                stdin.seek(0)
+            try:
+                status, out, err = cmd.execute(
+                    [git.Git.GIT_PYTHON_GIT_EXECUTABLE, *args], istream=stdin,
+                    with_extended_output=True, with_exceptions=False, stdout_as_string=False,
+                    strip_newline_in_stdout=False, env={"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C", **(env or {})})
+            except git.GitCommandNotFound as exc:
+                raise ProgramRepoError(f"{failed}: git is not installed or not on PATH ({exc})") from exc
+        if check and status != 0:
+            raise ProgramRepoError(f"{failed}: {err.strip()}")
+        return out if binary else out.decode(errors="replace").rstrip("\n")
 
     @property
     def exists(self) -> bool:
@@ -153,33 +195,60 @@ class ProgramRepo:
     # --- creating programs ------------------------------------------------------------------------------
 
     def init(self, seed_dir: Path, manifest: dict) -> Program:
-        """Create the repository with the seed program on ``main``; an existing repository is left alone."""
+        """Create the repository with the seed program on ``main``; an existing repository is left alone.
+
+        The repository is built in a folder beside ``programs/`` and renamed into place once its first
+        commit exists, so a run killed meanwhile leaves no half-made repository; one left by an older
+        version (a ``.git`` without ``main`` and without any other branch or tag) is moved aside and rebuilt."""
         with self._lock:
             if self.exists:
-                # main holds only the seed (a scores amend replaces that root commit, and main moves with it)
-                return self._program(self._git("rev-list", "--max-parents=0", "main").split()[0], self.path)
+                if self._ref_exists("main"):
+                    # main holds only the seed (a scores amend replaces that root commit, and main moves with it)
+                    return self._program(self._git("rev-list", "--max-parents=0", "main").split()[0], self.path)
+                self._set_aside_incomplete()
             seed_id = self._check_id(manifest.get("id", ""))
-            self.path.mkdir(parents=True, exist_ok=True)
             self.worktrees_dir.mkdir(parents=True, exist_ok=True)
-            self._git("init", "--initial-branch=main")
+            for stale in self.root.glob(".programs-building-*"):  # a build a killed run left behind
+                shutil.rmtree(stale, ignore_errors=True)
+            build = self.root / f".programs-building-{os.getpid()}"
+            build.mkdir(parents=True)
+            self._git("init", "--initial-branch=main", cwd=build)
             for key, value in (("user.name", "evolver"), ("user.email", "evolver@localhost"),
                                ("core.quotepath", "off"), ("commit.gpgsign", "false"),
                                ("tag.gpgsign", "false")):
-                self._git("config", key, value)
-            shutil.copytree(seed_dir, self.path, dirs_exist_ok=True,
+                self._git("config", key, value, cwd=build)
+            shutil.copytree(seed_dir, build, dirs_exist_ok=True,
                             ignore=shutil.ignore_patterns(".git", "__pycache__", "*.pyc"))
-            base = self.path / MANIFEST
+            base = build / MANIFEST
             full = {**(tomllib.loads(base.read_text()) if base.is_file() else {}), **manifest}
             full.setdefault("operator", "seed")
             full.setdefault("created", _now())
             base.write_text(dump_manifest(full))
-            if not (self.path / ".gitignore").exists():
-                (self.path / ".gitignore").write_text(_GITIGNORE)
-            self._git("add", "-A")
-            self._git("commit", "-q", "-m", f"seed: {seed_id}", "-m", "operator: seed")
-            sha = self._git("rev-parse", "HEAD")
-            self._git("tag", "-f", f"program/{seed_id}", sha)
+            if not (build / ".gitignore").exists():
+                (build / ".gitignore").write_text(_GITIGNORE)
+            self._git("add", "-A", cwd=build)
+            self._git("commit", "-q", "-m", f"seed: {seed_id}", "-m", "operator: seed", cwd=build)
+            sha = self._git("rev-parse", "HEAD", cwd=build)
+            self._git("tag", "-f", f"program/{seed_id}", sha, cwd=build)
+            if self.path.exists() and not any(self.path.iterdir()):
+                self.path.rmdir()
+            if self.path.exists():
+                shutil.rmtree(build, ignore_errors=True)
+                raise ProgramRepoError(f"{self.path} exists and is not a program repository: move it away "
+                                       "or choose another --store")
+            os.rename(build, self.path)  # atomic: the repository appears whole or not at all
             return self._program(sha, self.path)
+
+    def _set_aside_incomplete(self) -> None:
+        """A ``.git`` without ``main``: a seed whose creation was killed (older versions built it in place)."""
+        if self._git("for-each-ref", check=False).strip():
+            raise ProgramRepoError(f"{self.path} is a git repository without a 'main' branch but with other "
+                                   "branches or tags: not a program repository evolver made. Move it away, "
+                                   "or choose another --store")
+        aside = self.root / f"programs.incomplete-{time.strftime('%Y%m%d-%H%M%S')}"
+        self.path.rename(aside)
+        print(f"evolver: {self.path} held a program repository whose creation was interrupted (no seed "
+              f"commit); moved it to {aside} and creating it again", file=sys.stderr)
 
     def new_candidate(self, candidate_id: str, parent_ref: str) -> Path:
         """A worktree at ``worktrees/<id>`` on a new branch ``cand/<id>`` from the parent's commit.
@@ -433,6 +502,31 @@ class ProgramRepo:
                            "operator": m.get("operator"), "scores": scores, "message": subject,
                            "tags": sorted(tags.get(sha, []))})
         return result
+
+    def skill_history(self, name: str) -> list[dict]:
+        """The versions of skill ``name`` across programs: every commit on any branch that changed
+        ``skills/<name>``, parents before children, as dicts (id, commit, date, operator, message, version:
+        the SKILL.md front matter's ``version`` or ``metadata.version``, deleted). Empty when no program has it."""
+        if not self.exists or not re.fullmatch(r"[A-Za-z0-9._-]+", name):
+            return []
+        out = self._git("log", "--exclude=refs/notes/*", "--all", "--topo-order", "--reverse",
+                        "--format=%H%x1f%aI%x1f%s", "--", f"skills/{name}")
+        rows = [line.split("\x1f", 2) for line in out.splitlines() if line]
+        texts = self._read_blobs([f"{sha}:{path}" for sha, _, _ in rows
+                                  for path in (MANIFEST, f"skills/{name}/SKILL.md")])
+        result = []
+        for (sha, date, subject), manifest, skill in zip(rows, texts[::2], texts[1::2]):
+            m = tomllib.loads(manifest) if manifest else {}
+            result.append({"id": m.get("id", sha[:12]), "commit": sha, "date": date, "operator": m.get("operator"),
+                           "message": subject, "version": _skill_version(skill), "deleted": skill is None})
+        return result
+
+    def skill_names(self) -> list[str]:
+        """Every skill name that any program has or had."""
+        if not self.exists:
+            return []
+        out = self._git("log", "--exclude=refs/notes/*", "--all", "--format=", "--name-only", "--", "skills/")
+        return sorted({p.split("/")[1] for p in out.splitlines() if p.count("/") >= 2})
 
     def diff(self, a: str, b: str) -> str:
         """Unified diff of every program file (skills, prompt, harness, manifest) from ``a`` to ``b``."""

@@ -5,65 +5,22 @@ New information arrives as new attributes, which old plugins simply ignore.
 """
 from __future__ import annotations
 
-import shutil
-import sys
 import time
 import uuid
 from pathlib import Path
 from typing import Any, Callable
 
 from evolver import plugins
-from evolver.backends.base import Backend, Lowered
+from evolver.backends.base import Backend
 from evolver.config import Config, dump_config
 from evolver.frontier import Frontier
 from evolver.harness import ProgramContext, program_context
-from evolver.types import GenRequest, GenResult, Program
+from evolver.models import CountingBackend, Models, checkpoint_path  # noqa: F401 (re-exported)
+from evolver.types import Program
 
 # Ids of runs the loop starts (``evolver run``); eval-, train-, init and plugin runs are named otherwise,
 # so `evolver run --resume` never picks up a killed training or evaluation run.
 LOOP_RUN_ID = r"\d{8}-\d{6}-[0-9a-f]{4}"
-
-
-def checkpoint_path(workspace: Path, model: str | None) -> str | None:
-    """A manifest's ``model`` as a loadable weights folder (relative paths are in the workspace), or
-    None: no model, a backend's model name ("embedded", a hub id) or a folder that is not there."""
-    if not model or model == "embedded":
-        return None
-    path = Path(model) if Path(model).is_absolute() else Path(workspace) / model
-    return str(path.resolve()) if (path / "config.json").is_file() else None
-
-
-class CountingBackend(Backend):
-    """Wraps a backend to count the tokens a role spends (for budgets and the report)."""
-
-    def __init__(self, inner: Backend, counter: dict, role: str):
-        self.inner, self.counter, self.role = inner, counter, role
-        self.name, self.model, self.scores_options = inner.name, inner.model, inner.scores_options
-
-    def generate(self, requests: list[GenRequest]) -> list[GenResult]:
-        return self._count(self.inner.generate(requests))
-
-    def choose(self, requests):
-        return self._count(self.inner.choose(requests))
-
-    def lowered(self, requests: list) -> Lowered | None:
-        low = self.inner.lowered(requests)
-        return low and Lowered(low.engine, low.gens, lambda results: self._count(low.finish(results)))
-
-    def _count(self, results: list) -> list:
-        self.counter[self.role] = self.counter.get(self.role, 0) + sum(r.prompt_tokens + r.completion_tokens
-                                                                       for r in results)
-        return results
-
-    def count_tokens(self, text: str) -> int:
-        return self.inner.count_tokens(text)
-
-    @property
-    def base_model(self) -> str:
-        return self.inner.base_model
-
-    def __getattr__(self, name: str) -> Any:  # tokenizer, hf_model, load_weights, ...
-        return getattr(self.inner, name)
 
 
 class Run:
@@ -82,6 +39,8 @@ class Run:
         iteration: the loop's current iteration (-1 before the first).
         resumed: True when this run continues a stopped one.
         tokens: tokens spent per role (``backend(role)`` counts them).
+        models: the backend pool (:class:`evolver.models.Models`) behind ``backend``, ``executor_for``
+            and ``checkpoint_of``.
         started: the wall-clock start (``time.time()``); ``elapsed()`` is the seconds since.
         status: one line for the progress display; set it to say what a long step is doing.
 
@@ -104,7 +63,7 @@ class Run:
         self.iteration = -1
         lc = config.loop
         self.frontier: Frontier = Frontier.from_config(lc.objectives, lc.frontier_capacity, lc.gate, lc.gate_level)
-        self._backends: dict[tuple, Backend] = {}
+        self.models = Models(config, self.workspace, self.tokens)
         self._benchmark = None
         self.ui = None  # the progress display (evolver.ui.LiveStatus), when one is attached
         self._status = ""
@@ -124,45 +83,22 @@ class Run:
     @property
     def benchmark(self):
         if self._benchmark is None:
-            name, options = self.config.benchmark, self.config.benchmark_options
-            if name == "twx" and shutil.which("java") is None:
-                # TextWorldExpress runs in a JVM; without Java the zero-dependency benchmark stands in.
-                print("evolver: Java not found, so twx cannot run; using the built-in 'basic' benchmark "
-                      "instead (install openjdk-17-jre-headless for twx)", file=sys.stderr)
-                name, options = "basic", {}
-            self._benchmark = plugins.make("benchmark", name, **options)
+            self._benchmark = plugins.make("benchmark", self.config.benchmark, **self.config.benchmark_options)
         return self._benchmark
 
     def backend(self, role: str) -> Backend:
-        """The backend for a role. Roles that name the same backend and model share one instance
-        (one copy of the weights in memory)."""
-        rc, key = self.config.role(role), self._role_key(role)
-        if key not in self._backends:
-            self._backends[key] = plugins.make("backend", rc.backend, model=rc.model, **rc.options)
-        return CountingBackend(self._backends[key], self.tokens, role)
+        """The backend for a role (:meth:`evolver.models.Models.backend`): roles that name the same backend
+        and model share one instance."""
+        return self.models.backend(role)
 
     def checkpoint_of(self, program: Program) -> str | None:
-        """The weights folder a program's manifest names (``model``: a trained checkpoint, relative
-        to the workspace or absolute), or None when it plays with the configured executor model."""
-        return checkpoint_path(self.workspace, (program.manifest or {}).get("model"))
+        """The weights folder ``program``'s manifest names, or None (:meth:`evolver.models.Models.checkpoint_of`)."""
+        return self.models.checkpoint_of(program)
 
     def executor_for(self, program: Program) -> Backend:
-        """The executor as ``program`` plays: with its own checkpoint's weights when it carries one
-        (a trained program and every descendant, which inherit the manifest's ``model``), else the
-        configured executor. The two most recently used checkpoints stay loaded."""
-        ckpt = self.checkpoint_of(program)
-        rc = self.config.role("executor")
-        if ckpt is None or ckpt == rc.model:
-            return self.backend("executor")
-        key = ("checkpoint", rc.backend, ckpt, self._role_key("executor")[2])
-        if key in self._backends:
-            self._backends[key] = self._backends.pop(key)  # most recent last
-        else:
-            loaded = [k for k in self._backends if k[0] == "checkpoint"]
-            for old in loaded[:-1]:
-                self._backends.pop(old).close()
-            self._backends[key] = plugins.make("backend", rc.backend, model=ckpt, **rc.options)
-        return CountingBackend(self._backends[key], self.tokens, "executor")
+        """The executor as ``program`` plays, with its checkpoint when it has one
+        (:meth:`evolver.models.Models.executor_for`)."""
+        return self.models.executor_for(program)
 
     def context(self, program: Program) -> ProgramContext:
         """What the harness sees of a program; skill selection goes through the select_skills hook."""
@@ -174,14 +110,10 @@ class Run:
             chosen = hook.select_skills(run=self, task=task, program=program, skills=ctx.skills, k=k)
             return default(task, k) if chosen is None else list(chosen)[:k]
         ctx.select_skills = select
-        executor = self._backends.get(self._role_key("executor"))
+        executor = self.models.loaded("executor")
         if executor is not None:
             ctx.count_tokens = executor.count_tokens
         return ctx
-
-    def _role_key(self, role: str) -> tuple:
-        rc = self.config.role(role)
-        return (rc.backend, rc.model, tuple(sorted((k, repr(v)) for k, v in rc.options.items())))
 
     def proposer_tokens(self) -> int:
         return sum(v for k, v in self.tokens.items() if k != "executor")
@@ -228,7 +160,6 @@ class Run:
             self.store.create_run(self.id, self.config.benchmark, dump_config(self.config))
 
     def close(self) -> None:
-        for b in self._backends.values():
-            b.close()
+        self.models.close()
         if self._benchmark is not None:
             self._benchmark.close()

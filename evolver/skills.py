@@ -185,6 +185,10 @@ def _scan(skills_dir: Path, caps: SkillCaps) -> tuple[list[Skill], list[SkillErr
     for folder in sorted(p for p in skills_dir.iterdir() if p.is_dir()):
         if folder.name.startswith(".") or folder.name in _IGNORED_PARTS:
             continue
+        escape = _link_out(folder)
+        if escape:
+            errors.append(escape)
+            continue
         try:
             skill = parse_skill(folder)
         except SkillError as e:
@@ -200,6 +204,18 @@ def _scan(skills_dir: Path, caps: SkillCaps) -> tuple[list[Skill], list[SkillErr
                                              "merge or delete some (only the first by name are loaded)"))
         skills = skills[:caps.max_skills]
     return skills, errors
+
+
+def _link_out(folder: Path) -> SkillError | None:
+    """A symlink that leads out of the skill's folder (a reference to /etc/shadow, the store, ...): a skill
+    holds its own files, and whatever reads them (the harness, a script) must not be led elsewhere."""
+    home = folder.resolve()
+    for path in [folder, *folder.rglob("*")]:
+        if path.is_symlink():
+            target = path.resolve()
+            if target != home and home not in target.parents:
+                return SkillError(path, f"a symlink out of the skill (to {target}): copy the file into the skill")
+    return None
 
 
 def load_skills(skills_dir: Path, caps: SkillCaps | None = None, strict: bool = True) -> list[Skill]:
@@ -301,12 +317,21 @@ def relevant(skills: list[Skill], query: str, k: int = 3) -> list[Skill]:
     return [s for _, _, s in sorted(scored, key=lambda x: (x[0], x[1]))[:k]]
 
 
-#: The skills that ship with evolver (the repository's ``skills/``: meta-skills and a seed library).
-SHIPPED_SKILLS = Path(__file__).resolve().parents[1] / "skills"
+def shipped_skills_dir() -> Path:
+    """The folder of the skills that ship with evolver (meta-skills such as ``writing-skills`` and a seed
+    library): the repository's top-level ``skills/`` in a source checkout, ``evolver/_shipped_skills/`` in
+    an installed wheel (pyproject.toml maps the one onto the other)."""
+    here = Path(__file__).resolve().parent
+    packaged = here / "_shipped_skills"
+    return packaged if packaged.is_dir() else here.parent / "skills"
+
+
+#: :func:`shipped_skills_dir`, found once.
+SHIPPED_SKILLS = shipped_skills_dir()
 
 
 def shipped_skill(name_or_path: str) -> Path:
-    """A skill folder: a path to one, or the name of a skill in :data:`SHIPPED_SKILLS`."""
+    """A skill folder: a path to one, or the name of a skill in :func:`shipped_skills_dir`."""
     folder = Path(name_or_path).expanduser()
     if not (folder / "SKILL.md").is_file():
         folder = SHIPPED_SKILLS / name_or_path

@@ -20,7 +20,7 @@ from typing import Any
 
 import duckdb
 
-from evolver import store_schema
+from evolver import plugins, store_schema
 from evolver.errors import EvolverError, QueryError, StoreLockedError
 from evolver.store_schema import dumps
 from evolver.types import Episode, Evaluation, Step, Task
@@ -80,7 +80,10 @@ class Store:
 
     def _connect(self) -> duckdb.DuckDBPyConnection:
         try:
-            return duckdb.connect(str(self.path), read_only=self.read_only)
+            if self.read_only:  # a reader (`evolver traces`, reports) needs no file but this one
+                return duckdb.connect(str(self.path), read_only=True,
+                                      config={"enable_external_access": False, "lock_configuration": True})
+            return duckdb.connect(str(self.path))
         except duckdb.IOException as e:
             msg = str(e)
             if "lock" not in msg.lower():
@@ -98,29 +101,41 @@ class Store:
                 f"{not self.read_only}; close that Store first ({e})") from None
 
     def _migrate(self) -> None:
-        migrations = sorted(store_schema.MIGRATIONS, key=store_schema.migration_id)
+        """The core migrations, then those of every loaded plugin (hook ``register_migrations``)."""
+        has = {r[0] for r in self._con.execute("SELECT table_name FROM information_schema.tables WHERE "
+                                               "table_name IN ('migrations', 'plugin_migrations')").fetchall()}
+        if not self.read_only:
+            self._con.execute(store_schema.MIGRATIONS_TABLE)
+            self._con.execute(store_schema.PLUGIN_MIGRATIONS_TABLE)
+            has = {"migrations", "plugin_migrations"}
+        core = {r[0] for r in self._con.execute("SELECT id FROM migrations").fetchall()} if (
+            "migrations" in has) else set()
+        self._apply(store_schema.MIGRATIONS, core, "evolver", "INSERT INTO migrations VALUES (?, ?, ?)")
+        recorded = self._con.execute("SELECT plugin, id FROM plugin_migrations").fetchall() if (
+            "plugin_migrations" in has) else []
+        for plugin, migrations in sorted(plugins.migrations().items()):
+            self._apply(migrations, {i for p, i in recorded if p == plugin}, f"the plugin {plugin!r}",
+                        "INSERT INTO plugin_migrations VALUES (?, ?, ?, ?)", (plugin,))
+
+    def _apply(self, migrations: list, applied: set[int], owner: str, record: str, key: tuple = ()) -> None:
+        """Apply ``owner``'s migrations whose number is not in ``applied``, in order, each with its record."""
+        migrations = sorted(migrations, key=store_schema.migration_id)
         ids = [store_schema.migration_id(fn) for fn in migrations]
         if len(set(ids)) != len(ids):
-            raise EvolverError(f"duplicate migration numbers in evolver.store_schema: {ids}")
-        has_table = self._con.execute(
-            "SELECT count(*) FROM information_schema.tables WHERE table_name = 'migrations'").fetchone()[0]
-        if not has_table and not self.read_only:
-            self._con.execute(store_schema.MIGRATIONS_TABLE)
-        applied = {r[0] for r in self._con.execute("SELECT id FROM migrations").fetchall()} if (
-            has_table or not self.read_only) else set()
+            raise EvolverError(f"duplicate migration numbers in {owner}'s migrations: {ids}")
         unknown = applied - set(ids)
         if unknown:
-            raise EvolverError(f"the store {self.path} has migrations {sorted(unknown)} that this evolver "
-                               "does not know: it was written by a newer version; upgrade evolver")
+            raise EvolverError(f"the store {self.path} has migrations {sorted(unknown)} of {owner} that this "
+                               f"version does not know: it was written by a newer version; upgrade {owner}")
         pending = [(i, fn) for i, fn in zip(ids, migrations) if i not in applied]
         if pending and self.read_only:
-            raise EvolverError(f"the store {self.path} needs schema migrations {[i for i, _ in pending]}; "
-                               "open it once for writing (any evolver command that records) to upgrade it")
+            raise EvolverError(f"the store {self.path} needs schema migrations {[i for i, _ in pending]} of "
+                               f"{owner}; open it once for writing (any evolver command that records) to upgrade it")
         for i, fn in pending:
             # Each migration and its record commit together: a crash leaves it wholly applied or not.
             with self._tx():
                 fn(self._con)
-                self._con.execute("INSERT INTO migrations VALUES (?, ?, ?)", [i, fn.__name__, _now()])
+                self._con.execute(record, [*key, i, fn.__name__, _now()])
 
     # -- plumbing ------------------------------------------------------------------------------
 
@@ -316,11 +331,13 @@ class Store:
         return rows[0] if rows else None
 
     @_locked
-    def update_run(self, run_id: str, status: str | None = None, summary: dict | None = None) -> None:
-        """Set the status and/or replace the summary (None leaves a field as it is)."""
+    def update_run(self, run_id: str, status: str | None = None, summary: dict | None = None,
+                   config: dict | None = None) -> None:
+        """Set the status and/or replace the summary or the config (None leaves a field as it is)."""
         self._update(f"run {run_id!r}", "UPDATE runs SET updated_at = ?, status = coalesce(?, status), "
-                     "summary = coalesce(?::JSON, summary) WHERE run_id = ?",
-                     [_now(), status, None if summary is None else dumps(summary), run_id])
+                     "summary = coalesce(?::JSON, summary), config = coalesce(?::JSON, config) WHERE run_id = ?",
+                     [_now(), status, None if summary is None else dumps(summary),
+                      None if config is None else dumps(config), run_id])
 
     @_locked
     def latest_run(self, status: str | tuple[str, ...] | None = None, prefix: str = "",
@@ -448,8 +465,17 @@ class Store:
         self._con.execute("DELETE FROM train_steps WHERE run_id = ? AND step > ?", [run_id, int(after)])
 
     @_locked
+    def execute(self, sql: str, params: list | None = None) -> list[tuple]:
+        """The write path for a plugin's own tables (made by its ``register_migrations``): one statement,
+        committed before it returns; the rows of a ``RETURNING`` clause come back. Core tables are
+        written only through the ``add_*``/``update_*`` methods, which keep them consistent."""
+        cur = self._con.execute(sql, params or [])
+        return [] if cur.description is None else cur.fetchall()
+
+    @_locked
     def query(self, sql: str, params: list | None = None) -> tuple[list[str], list[tuple]]:
-        """Run SQL on the store (meant for read-only queries, e.g. `evolver traces`)."""
+        """Run SQL on the store (meant for read-only queries, e.g. `evolver traces`; plugins write
+        their tables with :meth:`execute`)."""
         try:
             cur = self._con.execute(sql, params or [])
         except duckdb.Error as exc:  # the user's SQL: its message, not a stack trace, and where to look

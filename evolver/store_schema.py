@@ -4,6 +4,9 @@ Each migration is a function ``mNNN_name(con)``; its number is read from its nam
 below is the only registry. ``Store`` applies, in order and each in its own transaction, the ones
 whose number is not yet in the ``migrations`` table. A migration, once released, is never edited:
 a schema change is a new function appended here (old stores upgrade on their next writable open).
+
+Plugins bring their own tables the same way (hook ``register_migrations``): their migrations are
+numbered from 1 per plugin and recorded in ``plugin_migrations`` under the plugin's key.
 """
 from __future__ import annotations
 
@@ -25,6 +28,16 @@ CREATE TABLE IF NOT EXISTS migrations (
     id INTEGER PRIMARY KEY,
     name VARCHAR NOT NULL,
     applied_at TIMESTAMP NOT NULL
+)"""
+# A table of its own, not rows in `migrations`: an older evolver reads every id there as a core
+# migration, and would take a plugin's number 3 for a core one it does not know.
+PLUGIN_MIGRATIONS_TABLE = """
+CREATE TABLE IF NOT EXISTS plugin_migrations (
+    plugin VARCHAR NOT NULL,
+    id INTEGER NOT NULL,
+    name VARCHAR NOT NULL,
+    applied_at TIMESTAMP NOT NULL,
+    PRIMARY KEY (plugin, id)
 )"""
 
 
@@ -169,59 +182,10 @@ def m001_initial(con) -> None:
 
 
 def m002_autoskill(con) -> None:
-    """Tables of the AutoSkill plugin (evolver-autoskill): retrievals and their per-skill decisions,
-    served conversations, and skill-bank events. In the core schema because the Store applies only
-    these migrations; the plugin owns what goes in them."""
-    con.execute("""
-    CREATE TABLE autoskill_retrievals (
-        retrieval_id VARCHAR PRIMARY KEY,
-        scope VARCHAR,
-        source VARCHAR,
-        ref VARCHAR,
-        query VARCHAR,
-        injected JSON,
-        decisions JSON,
-        latency_s DOUBLE,
-        created_at TIMESTAMP NOT NULL
-    )""")
-    # One row per skill a retrieval scored: per-skill counts and with/without scores are a GROUP BY.
-    con.execute("""
-    CREATE TABLE autoskill_usage (
-        retrieval_id VARCHAR NOT NULL,
-        scope VARCHAR,
-        ref VARCHAR,
-        skill VARCHAR NOT NULL,
-        retrieved BOOLEAN,
-        injected BOOLEAN,
-        rel DOUBLE,
-        created_at TIMESTAMP NOT NULL
-    )""")
-    con.execute("""
-    CREATE TABLE autoskill_conversations (
-        conversation_id VARCHAR PRIMARY KEY,
-        thread_id VARCHAR,
-        scope VARCHAR,
-        model VARCHAR,
-        messages JSON,
-        response VARCHAR,
-        query VARCHAR,
-        injected JSON,
-        latency_s DOUBLE,
-        feedback DOUBLE,
-        created_at TIMESTAMP NOT NULL
-    )""")
-    con.execute("""
-    CREATE TABLE autoskill_events (
-        scope VARCHAR,
-        action VARCHAR NOT NULL,
-        skill VARCHAR,
-        version VARCHAR,
-        "commit" VARCHAR,
-        evidence JSON,
-        reason VARCHAR,
-        detail JSON,
-        created_at TIMESTAMP NOT NULL
-    )""")
+    """Did create the AutoSkill plugin's tables; they are now that plugin's own migration 1
+    (evolver_autoskill/schema.py), which creates them only where they are missing, so a store this
+    migration filled keeps its rows. Kept as a no-op, not deleted: old stores record number 2, and a
+    recorded number this list lacks reads as a store from a newer evolver."""
 
 
 MIGRATIONS: list[Callable] = [m001_initial, m002_autoskill]

@@ -20,17 +20,67 @@ Contract:
 - Per-step metrics go to the store's ``train_steps`` table (``run.store.add_train_steps``).
 - ``train(resume=True)`` continues the run from its newest checkpoint; a trainer that cannot resume
   raises :class:`evolver.EvolverError` saying so.
+
+What ``evolver train`` shows and accepts comes from the trainers, so the core names none of them: a
+trainer's :attr:`Trainer.flag` gives it a flag of its own (``evolver train --sft``), read from the
+registered factory (register the class itself, or give a factory function the attribute), and
+:attr:`Trainer.columns` says which metrics each step's progress line shows. With no ``--trainer`` and no
+flag, the config's ``trainer`` runs, else the first registered trainer without a flag of its own.
 """
 from __future__ import annotations
 
 import abc
+from typing import Any, Iterable
 
 
 class Trainer(abc.ABC):
     """Base class of policy trainers (GRPO, SFT, SKILLRL). Subclassing is optional: ``evolver train``
     only calls :meth:`train` on what the registered factory returns (see the module docstring)."""
 
+    #: True: ``evolver train --NAME`` (NAME: the registered name) is short for ``--trainer NAME``, and the
+    #: trainer is never the default, which is for a trainer with no flag of its own.
+    flag: bool = False
+
+    #: The progress line of a step after ``step N``: ``str.format`` templates over the step's metrics row
+    #: (a metric the row lacks reads 0), e.g. ``("loss {loss:.4f}", "{step_s:.1f}s")``. Empty: every
+    #: numeric metric as ``name value``.
+    columns: tuple[str, ...] = ()
+
     @abc.abstractmethod
     def train(self, resume: bool = False) -> dict:
         """Train, commit the result, return the summary (``program``, ``checkpoint``, ``evals``,
         ``history``); ``resume`` continues this run from its newest checkpoint."""
+
+
+class _Zero(dict):
+    def __missing__(self, key: str) -> int:
+        return 0
+
+
+def progress_line(columns: Iterable[str], row: dict) -> str:
+    """A step's progress line: ``step N`` and the trainer's :attr:`Trainer.columns` filled from ``row``."""
+    if columns:
+        cells = [c.format_map(_Zero(row)) for c in columns]
+    else:
+        cells = [f"{k} {v:.4g}" for k, v in row.items()
+                 if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool)]
+    return "  ".join([f"step {row.get('step', 0):>3}", *cells])
+
+
+def flagged(entries: Iterable[Any]) -> list[str]:
+    """The names of registered trainers (plugin registry entries) that ask for a flag of their own."""
+    return [e.name for e in entries if getattr(e.factory, "flag", False) is True]
+
+
+def default_trainer(entries: Iterable[Any], configured: str | None) -> str:
+    """The trainer ``evolver train`` runs when none is named: the config's ``trainer``, else the first
+    registered one without a flag of its own (a flag marks a variant one asks for), else the first."""
+    from evolver.errors import EvolverError
+
+    if configured:
+        return configured
+    entries = list(entries)
+    if not entries:
+        raise EvolverError("no trainer is registered: install a plugin that registers one (see docs/training.md)")
+    plain = [e.name for e in entries if getattr(e.factory, "flag", False) is not True]
+    return (plain or [entries[0].name])[0]

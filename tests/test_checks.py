@@ -44,3 +44,15 @@ def test_malformed_skill_and_broken_harness_are_reasons(tmp_path):
     assert "ValueError" in check_harness_import(broken)
     hang = _program(tmp_path / "h", harness="while True:\n    pass\n")
     assert "timed out" in check_harness_import(hang, timeout_s=2)
+
+
+def test_a_short_answer_leaks_next_to_its_tasks_words_and_only_there(tmp_path):
+    from evolver.types import Task
+    task = Task("arith/3", "basic", "train", "arithmetic", prompt="Marta bakes 3 muffins and buys 4 more muffins "
+                "at the bakery. How many muffins does Marta have?", gold="7")
+    leak = _program(tmp_path / "leak", "1. When Marta bakes muffins, the answer is 7.")
+    assert "leaks the gold answer '7' of task arith/3" in audit_leakage(leak, ["7"], [], tasks=[task])
+    general = _program(tmp_path / "general", "1. Add the numbers: 3 + 4 = 7.\n2. Count muffins one by one.")
+    assert audit_leakage(general, ["7"], [], tasks=[task]) == ""  # "7" far from two of the task's words
+    parent = _program(tmp_path / "parent", "1. When Marta bakes muffins, the answer is 7.")
+    assert audit_leakage(leak, [], [], parent_root=parent, tasks=[task]) == ""  # the parent had it already

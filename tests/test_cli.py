@@ -49,11 +49,11 @@ def test_init_eval_run_and_inspect(tmp_path):
     assert "Best-of-1 vs seed on test: +0.000" in r.output  # the scripted executor ignores sampling
     r = invoke(args + ["frontier"])
     assert r.exit_code == 0 and "p0001" in r.output
-    r = invoke(args + ["skills", "log"])
+    r = invoke(args + ["programs", "log"])
     assert "p0001" in r.output and "seed" in r.output and "frontier/p0001" in r.output
-    r = invoke(args + ["skills", "diff", "seed", "p0001"])
+    r = invoke(args + ["programs", "diff", "seed", "p0001"])
     assert "+name: shout-words" in r.output
-    r = invoke(args + ["skills", "show", "best"])
+    r = invoke(args + ["programs", "show", "best"])
     assert "UPPERCASE" in r.output
     r = invoke(args + ["report"])
     assert "Best vs seed on test: +1.000, 95% bootstrap interval" in r.output and "| seed, best of 1 " in r.output
@@ -71,6 +71,9 @@ def test_init_eval_run_and_inspect(tmp_path):
     (["traces", "SELECT id FROM episodes"], 'column "id" not found'),  # the user's SQL: where to look
 ])
 def test_bad_input_is_a_clean_error(tmp_path, extra, message):
+    if extra[0] == "traces":  # traces reads an existing store, and never creates one
+        from evolver.store import Store
+        Store(tmp_path / "store" / "evolver.duckdb").close()
     r = CliRunner().invoke(cli, base_args(tmp_path) + extra)
     assert r.exit_code == 2 and message in r.output and "Traceback" not in r.output
     if extra[0] == "traces":
@@ -165,3 +168,39 @@ def test_kill_9_after_an_admission_resumes_from_the_same_frontier(tmp_path):
         assert all("p0001" in i["frontier"] for i in its if i["status"] == "finished")
         assert [p["proposal_id"] for p in store.proposals(run["run_id"]) if p["iteration"] == 0] == ["p0001"]
         assert run["summary"]["best"] == "p0001" and len(its) == 4
+
+
+def test_traces_is_read_only_binds_its_options_and_names_a_missing_store(tmp_path):
+    args = base_args(tmp_path)
+    r = CliRunner().invoke(cli, args + ["traces"])
+    assert r.exit_code == 2 and f"no store at {tmp_path / 'store' / 'evolver.duckdb'}" in r.output
+    assert not (tmp_path / "store").exists()  # a misspelt --store creates nothing
+    assert invoke(args + ["eval", "--per-category", "1"]).exit_code == 0
+    attacks = ["DELETE FROM episodes", "DROP TABLE steps", f"COPY episodes TO '{tmp_path / 'out.csv'}'",
+               f"ATTACH '{tmp_path / 'other.duckdb'}' AS o", "SELECT * FROM read_text('/etc/passwd')"]
+    for sql in attacks:
+        r = CliRunner().invoke(cli, args + ["traces", sql])
+        assert r.exit_code == 2 and "Traceback" not in r.output, (sql, r.output)
+    assert not (tmp_path / "out.csv").exists() and not (tmp_path / "other.duckdb").exists()
+    injected = "x' UNION SELECT 1,2,3,4,5,6,7,8,9; DROP TABLE runs; --"
+    r = invoke(args + ["traces", "--run", injected])
+    assert r.exit_code == 0 and injected not in r.output
+    r = invoke(args + ["traces", "SELECT count(*) AS n FROM episodes"])
+    assert int(r.output.strip().splitlines()[-1]) > 0  # nothing was deleted
+    assert invoke(args + ["traces", "SELECT count(*) FROM runs"]).exit_code == 0  # nor dropped
+
+
+def test_a_run_that_stops_on_an_error_is_failed_and_resumes_with_a_corrected_config(tmp_path):
+    args = base_args(tmp_path) + ["--set=loop.train_per_category=1"]
+    r = CliRunner().invoke(cli, args + ["run", "--iterations", "1", "--set", "plugins.evoskill.mode=chatty"])
+    assert r.exit_code == 2 and "proposer 'evoskill': option 'mode'" in r.output and "Traceback" not in r.output
+    from evolver.store import Store
+    with Store(tmp_path / "store" / "evolver.duckdb", read_only=True) as store:
+        failed = store.latest_run()
+        assert failed["status"] == "failed" and "chatty" in failed["summary"]["error"]
+    r = invoke(args + ["run", "--resume", "--set", "plugins.evoskill.mode=single-call"])
+    assert r.exit_code == 0 and "report:" in r.output
+    with Store(tmp_path / "store" / "evolver.duckdb", read_only=True) as store:
+        row = store.latest_run()
+        assert row["run_id"] == failed["run_id"] and row["status"] == "finished"  # the same run, resumed
+        assert row["config"]["plugins"]["evoskill"]["mode"] == "single-call"  # the correction is recorded

@@ -114,3 +114,45 @@ def test_every_hook_is_documented_with_its_exact_signature():
     for name, fn in inspect.getmembers(hookspecs, inspect.isfunction):
         if hasattr(fn, "evolver_spec"):
             assert f"### `{name}{inspect.signature(fn)}`" in doc, f"docs/plugins.md lacks the hook {name}"
+
+
+def test_a_misspelt_hook_in_a_plugin_file_is_named_with_the_right_one(tmp_path):
+    path = tmp_path / "typo.py"
+    path.write_text("from evolver.hookspecs import hookimpl\n@hookimpl\ndef on_episode_ends(run, episode):\n    pass\n")
+    with pytest.raises(PluginError, match="'on_episode_ends' \\(did you mean 'on_episode_end'\\?\\)"):
+        plugins.load_local(path)
+    plugins.hook().on_run_start(run=None)  # the bad file was unloaded: the manager still works
+
+
+def test_a_plugin_that_calls_sys_exit_is_an_error_not_an_exit(tmp_path):
+    path = tmp_path / "quits.py"
+    path.write_text("import sys\nsys.exit(3)\n")
+    with pytest.raises(PluginError, match="quits.py failed to import.*SystemExit"):
+        plugins.load_local(path)
+    hooked = tmp_path / "quits_later.py"
+    hooked.write_text("import sys\nfrom evolver.hookspecs import hookimpl\n"
+                      "@hookimpl\ndef on_run_start(run):\n    sys.exit(4)\n")
+    plugins.load_local(hooked)
+    with pytest.raises(PluginError, match=r"sys.exit\(4\) in hook on_run_start \(implemented by local:.*quits_later"):
+        plugins.hook().on_run_start(run=None)
+
+
+def test_evolver_plugins_naming_nothing_installed_is_an_error(monkeypatch):
+    monkeypatch.setenv("EVOLVER_PLUGINS", "evoskill,nosuch")
+    plugins.reset()
+    with pytest.raises(PluginError, match="EVOLVER_PLUGINS names 'nosuch', which is not installed; installed plugins: .*evoskill"):
+        plugins.manager()
+
+
+def test_config_names_and_plugin_options_are_checked_before_any_work():
+    from evolver.config import load_config
+
+    def check(*overrides):
+        plugins.check_config(load_config(None, ['proposers=["evoskill"]', *overrides]))
+    check()  # resolves (the suite loads only the evoskill plugin)
+    with pytest.raises(UnknownNameError, match="unknown selector 'nope'"):
+        check("loop.selector=nope")
+    with pytest.raises(PluginError, match="options for unknown plugin 'evoskil' .*did you mean 'evoskill'"):
+        check("plugins.evoskil.mode=x")
+    with pytest.raises(PluginError, match="proposer 'evoskill': unknown option 'modee'; did you mean 'mode'"):
+        plugins.make("proposer", "evoskill", run=None, modee="x")

@@ -224,3 +224,21 @@ def test_a_view_edited_in_place_is_restored_on_the_next_checkout(tmp_path):
     (view / "stray.txt").write_text("x")
     view = Path(repo.checkout("seed").root)
     assert (view / "skills" / "a" / "SKILL.md").exists() and not (view / "stray.txt").exists()
+
+
+def test_the_seed_repository_appears_whole_and_a_half_made_one_is_rebuilt(tmp_path, seed_dir, capsys):
+    store = tmp_path / "store"
+    (store / "programs").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", "--initial-branch=main"], cwd=store / "programs", check=True)
+    (store / ".programs-building-99999").mkdir()  # a build that a killed run left behind
+    seed = ProgramRepo(store).init(seed_dir, {"id": "seed", "model": "smollm2-135m"})
+    assert seed.id == "seed" and git(ProgramRepo(store), "rev-list", "--count", "main").strip() == "1"
+    assert [p.name for p in store.glob("programs.incomplete-*")] and not list(store.glob(".programs-building-*"))
+    assert "creation was interrupted" in capsys.readouterr().err
+    other = tmp_path / "other"
+    (other / "programs").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", "--initial-branch=dev"], cwd=other / "programs", check=True)
+    subprocess.run(["git", "-c", "user.name=x", "-c", "user.email=x@y", "commit", "-q", "--allow-empty", "-m", "x"],
+                   cwd=other / "programs", check=True)
+    with pytest.raises(ProgramRepoError, match="not a program repository evolver made"):
+        ProgramRepo(other).init(seed_dir, {"id": "seed"})  # someone's own repository is never moved

@@ -166,3 +166,35 @@ def test_render_index():
     assert "read_skill <name>" in block
     assert "- one: when one happens\n- two: when two\n" in block
     assert render_index([]) == ""
+
+
+def test_shipped_skills_are_found_and_travel_in_the_wheel():
+    """In a checkout the API finds the top-level skills/; pyproject maps that folder into the package
+    (evolver/_shipped_skills) with an explicit package list, which must name every package under evolver/."""
+    import tomllib
+
+    from setuptools import find_packages
+
+    from evolver.skills import shipped_skill, shipped_skills_dir
+
+    root = Path(__file__).resolve().parents[1]
+    assert shipped_skills_dir() == root / "skills"
+    assert (shipped_skill("writing-skills") / "SKILL.md").is_file()
+    tool = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert tool["package-dir"]["evolver._shipped_skills"] == "skills"
+    assert set(find_packages(root, include=["evolver*"])) | {"evolver._shipped_skills"} == set(tool["packages"])
+    assert tool["package-data"]["evolver._shipped_skills"] == ["**/*"]
+
+
+def test_a_symlink_out_of_a_skill_is_rejected_and_one_inside_is_fine(tmp_path):
+    from evolver.skills import check_skills, write_skill
+
+    folder = write_skill(tmp_path / "skills", "peek", "Use when reading notes.", "1. Read references/notes.md.",
+                         references={"notes.md": "a note"})
+    (folder / "references" / "same.md").symlink_to(folder / "references" / "notes.md")
+    assert check_skills(tmp_path / "skills") == []
+    secret = tmp_path / "secret.txt"
+    secret.write_text("gold")
+    (folder / "references" / "shadow").symlink_to(secret)
+    (err,) = check_skills(tmp_path / "skills")
+    assert "a symlink out of the skill" in str(err) and "references/shadow" in str(err)

@@ -109,6 +109,49 @@ def test_read_only_refuses_to_migrate_and_missing_file(tmp_path, monkeypatch):
         Store(tmp_path / "nothing.duckdb", read_only=True)
 
 
+TOY_PLUGIN = """
+from evolver import hookimpl
+
+def m001_notes(con):  # no IF NOT EXISTS: a second run would fail
+    con.execute("CREATE TABLE toy_notes (note VARCHAR)")
+    con.execute("INSERT INTO toy_notes VALUES ('made by m001')")
+
+def m002_counted(con):
+    con.execute("ALTER TABLE toy_notes ADD COLUMN n INTEGER DEFAULT 7")
+
+@hookimpl
+def register_migrations(register):
+    register("toy", [m002_counted, m001_notes])  # applied by number, not list order
+"""
+
+
+def test_a_plugins_migrations_apply_once_recorded_under_its_key(tmp_path):
+    from evolver import plugins
+
+    module = tmp_path / "toy_plugin.py"
+    module.write_text(TOY_PLUGIN)
+    plugins.load_local(module)
+    path = tmp_path / "s.duckdb"
+    with Store(path) as s:
+        recorded = s.query("SELECT plugin, id, name, applied_at FROM plugin_migrations ORDER BY id")[1]
+        assert [r[:3] for r in recorded] == [("toy", 1, "m001_notes"), ("toy", 2, "m002_counted")]
+        # The plugin's numbers are its own: the core's list is untouched.
+        assert [r[0] for r in s.query("SELECT id FROM migrations ORDER BY id")[1]] == [
+            store_schema.migration_id(fn) for fn in store_schema.MIGRATIONS]
+        assert s.execute("INSERT INTO toy_notes VALUES ('written', 1) RETURNING note") == [("written",)]
+    with Store(path) as s:  # reopened with the plugin loaded: nothing runs again
+        assert s.query("SELECT plugin, id, name, applied_at FROM plugin_migrations ORDER BY id")[1] == recorded
+        assert s.query("SELECT note, n FROM toy_notes ORDER BY note")[1] == [("made by m001", 7), ("written", 1)]
+    plugins.reset()
+    with Store(path) as s:  # without the plugin: its tables stay, nothing is refused
+        assert count(s, "toy_notes") == 2
+    # A plugin older than the store (it knows fewer migrations than are recorded) is refused clearly.
+    module.write_text(TOY_PLUGIN.replace("[m002_counted, m001_notes]", "[m001_notes]"))
+    plugins.load_local(module)
+    with pytest.raises(EvolverError, match="migrations \\[2\\] of the plugin 'toy'.*newer"):
+        Store(path)
+
+
 # -- episodes ------------------------------------------------------------------------------------
 
 def test_episode_round_trip_every_field(store):

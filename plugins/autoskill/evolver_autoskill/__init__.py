@@ -22,6 +22,13 @@ def register_commands(cli):
 
 
 @hookimpl
+def register_migrations(register):
+    from evolver_autoskill.schema import MIGRATIONS
+
+    register("autoskill", MIGRATIONS)
+
+
+@hookimpl
 def on_run_start(run):
     """Load the embedder before any episode starts: the harness's ``start`` (which asks select_skills)
     runs under a 10 s deadline, and a first model load must not spend it."""
@@ -29,7 +36,7 @@ def on_run_start(run):
 
     options = load_options(run.config)
     if options.retrieval_in_runs:
-        from evolver_autoskill.embed import load_embedder
+        from evolver import load_embedder
 
         load_embedder(options.embedder)
 
@@ -47,7 +54,7 @@ def select_skills(run, task, program, skills, k):
         return None
     from evolver_autoskill import records
     from evolver_autoskill.card import card_from_skill
-    from evolver_autoskill.embed import load_embedder
+    from evolver import load_embedder
     from evolver_autoskill.retrieval import HybridRetriever, RetrievalConfig
 
     key = (program.hash, k, options.embedder, options.lam, options.eta, options.dense_floor)

@@ -3,7 +3,7 @@ Agent Skills folder, and the hard caps that keep a skill from bloating.
 
 On disk a card is an ordinary ``<name>/SKILL.md``: ``name`` and ``description`` as the spec wants,
 ``version``, ``triggers``, ``tags``, ``examples`` (and ``always_on`` for the general tier) as extra
-front-matter keys, the instructions as the body. So the core harness, ``evolver skills show`` and
+front-matter keys, the instructions as the body. So the core harness, ``evolver programs show`` and
 any Agent Skills reader can use a bank without knowing AutoSkill.
 """
 from __future__ import annotations

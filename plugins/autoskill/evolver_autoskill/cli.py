@@ -10,12 +10,12 @@ from evolver import EvolverError
 
 
 def _workspace(obj, extra: list[str] = ()):
-    from evolver import Store
+    """``(config, workspace folder, its trace store)``: these commands need no program repository."""
+    from evolver import open_workspace
 
     config = obj.config(list(extra))
-    root = Path(config.store)
-    root.mkdir(parents=True, exist_ok=True)
-    return config, root, Store(root / "evolver.duckdb")
+    store, _ = open_workspace(config)
+    return config, Path(config.store), store
 
 
 def _backend(config, role: str, cache: dict):
@@ -185,7 +185,7 @@ def retire(obj, scope, min_uses):
 def learn(obj, run_id, scope, min_score):
     """Extract skills from a run's successful *training* episodes into a bank (add / merge / discard)."""
     from evolver_autoskill.bank import SkillBank
-    from evolver_autoskill.embed import load_embedder
+    from evolver import load_embedder
     from evolver_autoskill.options import load_options
     from evolver_autoskill.service import learn_from_episodes
 

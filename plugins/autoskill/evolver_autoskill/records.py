@@ -1,7 +1,9 @@
-"""AutoSkill's rows in the run store (tables from migration ``m002_autoskill``): retrievals with their
-decisions, per-skill usage, served conversations, bank events, and the usage accounting built on them.
+"""AutoSkill's rows in the run store (tables from the plugin's migrations, evolver_autoskill/schema.py):
+retrievals with their decisions, per-skill usage, served conversations, bank events, and the usage
+accounting built on them.
 
-Writes go through ``Store.query``, which holds the store's lock; DuckDB commits each statement.
+Writes go through ``Store.execute`` (the write path for plugin tables), reads through ``Store.query``;
+both hold the store's lock, and DuckDB commits each statement.
 """
 from __future__ import annotations
 
@@ -26,30 +28,30 @@ def log_retrieval(store, scope: str, source: str, ref: str, retrieval: Retrieval
     """One retrieval and a usage row per skill it scored; returns the retrieval id."""
     rid = uuid.uuid4().hex
     now = _now()
-    store.query("INSERT INTO autoskill_retrievals VALUES (?, ?, ?, ?, ?, ?::JSON, ?::JSON, ?, ?)",
-                [rid, scope, source, ref, retrieval.query, store_json(retrieval.names),
-                 store_json(retrieval.decisions()), retrieval.latency_s, now])
+    store.execute("INSERT INTO autoskill_retrievals VALUES (?, ?, ?, ?, ?, ?::JSON, ?::JSON, ?, ?)",
+                  [rid, scope, source, ref, retrieval.query, store_json(retrieval.names),
+                   store_json(retrieval.decisions()), retrieval.latency_s, now])
     hits = retrieval.hits
     if hits:
-        store.query("INSERT INTO autoskill_usage SELECT ?, ?, ?, unnest(?::VARCHAR[]), unnest(?::BOOLEAN[]), "
-                    "unnest(?::BOOLEAN[]), unnest(?::DOUBLE[]), ?",
-                    [rid, scope, ref, [h.name for h in hits],
-                     [h.decision in ("injected", "beyond_top_k", "always_on") for h in hits],
-                     [h.decision in ("injected", "always_on") for h in hits], [h.rel for h in hits], now])
+        store.execute("INSERT INTO autoskill_usage SELECT ?, ?, ?, unnest(?::VARCHAR[]), unnest(?::BOOLEAN[]), "
+                      "unnest(?::BOOLEAN[]), unnest(?::DOUBLE[]), ?",
+                      [rid, scope, ref, [h.name for h in hits],
+                       [h.decision in ("injected", "beyond_top_k", "always_on") for h in hits],
+                       [h.decision in ("injected", "always_on") for h in hits], [h.rel for h in hits], now])
     return rid
 
 
 def log_conversation(store, conversation_id: str, thread_id: str, scope: str, model: str, messages: list,
                      response: str, query: str, injected: list[str], latency_s: float) -> None:
-    store.query("INSERT INTO autoskill_conversations VALUES (?, ?, ?, ?, ?::JSON, ?, ?, ?::JSON, ?, NULL, ?)",
-                [conversation_id, thread_id, scope, model, store_json(messages), response, query, store_json(injected),
-                 latency_s, _now()])
+    store.execute("INSERT INTO autoskill_conversations VALUES (?, ?, ?, ?, ?::JSON, ?, ?, ?::JSON, ?, NULL, ?)",
+                  [conversation_id, thread_id, scope, model, store_json(messages), response, query,
+                   store_json(injected), latency_s, _now()])
 
 
 def set_feedback(store, conversation_id: str, score: float) -> bool:
     """A user's (or a grader's) score for one served answer: the outcome usage accounting compares."""
-    _, rows = store.query("UPDATE autoskill_conversations SET feedback = ? WHERE conversation_id = ? RETURNING 1",
-                          [float(score), conversation_id])
+    rows = store.execute("UPDATE autoskill_conversations SET feedback = ? WHERE conversation_id = ? RETURNING 1",
+                         [float(score), conversation_id])
     return bool(rows)
 
 
@@ -65,9 +67,9 @@ def retrievals(store, scope: str | None = None) -> list[dict]:
 
 def log_event(store, scope: str, action: str, skill: str | None, version: str | None, commit: str | None,
               evidence: list[str], reason: str, detail: dict | None = None) -> None:
-    store.query("INSERT INTO autoskill_events VALUES (?, ?, ?, ?, ?, ?::JSON, ?, ?::JSON, ?)",
-                [scope, action, skill, version, commit, store_json(list(evidence)), reason, store_json(detail or {}),
-                 _now()])
+    store.execute("INSERT INTO autoskill_events VALUES (?, ?, ?, ?, ?, ?::JSON, ?, ?::JSON, ?)",
+                  [scope, action, skill, version, commit, store_json(list(evidence)), reason,
+                   store_json(detail or {}), _now()])
 
 
 def events(store, scope: str | None = None) -> list[dict]:

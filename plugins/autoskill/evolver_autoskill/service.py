@@ -15,9 +15,9 @@ import threading
 import traceback
 from pathlib import Path
 
+from evolver import load_embedder
 from evolver_autoskill import records
 from evolver_autoskill.bank import SkillBank
-from evolver_autoskill.embed import load_embedder
 from evolver_autoskill.extract import LLMExtractor, RuleExtractor
 from evolver_autoskill.gate import retire_useless
 from evolver_autoskill.manage import Decision, Manager

@@ -126,12 +126,12 @@ def test_select_skills_hook_lets_a_run_use_the_retriever_and_logs_its_decisions(
 
 
 def test_an_unavailable_dense_model_falls_back_clearly(tmp_path, capsys, monkeypatch):
-    from evolver_autoskill import embed
-    from evolver_autoskill.embed import HashingEmbedder, load_embedder
+    import evolver.embeddings as embeddings
+    from evolver import HashingEmbedder, load_embedder
 
     def missing(model):  # what sentence-transformers raises for a folder that is not there (import skipped)
         raise OSError(f"{model} is not a local folder and the hub is offline")
-    monkeypatch.setattr(embed, "_load", missing)
+    monkeypatch.setattr(embeddings, "_load", missing)
     emb = load_embedder(str(tmp_path / "no-such-model"))
     assert isinstance(emb, HashingEmbedder)
     err = capsys.readouterr().err

@@ -13,7 +13,7 @@ BANK = [card("formal-email", "Use when writing an email to a landlord or an offi
 
 
 def test_minilm_retrieves_by_meaning_where_words_do_not_overlap():
-    from evolver_autoskill.embed import SentenceEmbedder, load_embedder
+    from evolver import SentenceEmbedder, load_embedder
     from evolver_autoskill.retrieval import HybridRetriever
 
     emb = load_embedder()
@@ -54,7 +54,7 @@ def test_serve_in_front_of_the_embedded_model(tmp_path):
 
 
 def test_a_missing_sentence_transformers_folder_falls_back_to_hashing(tmp_path, capsys):
-    from evolver_autoskill.embed import HashingEmbedder, load_embedder
+    from evolver import HashingEmbedder, load_embedder
 
     assert isinstance(load_embedder(str(tmp_path / "nothing-here")), HashingEmbedder)
     assert "falling back to the hashing embedder" in capsys.readouterr().err

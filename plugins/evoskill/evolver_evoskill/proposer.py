@@ -24,13 +24,15 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from evolver import GenRequest, Message, Proposer, SkillCaps, content_problems, load_skills, parse_skill, write_skill
+from evolver import (GenRequest, Message, Proposer, SkillCaps, content_problems, load_skills, parse_skill,
+                     shipped_skills_dir, write_skill)
 
 from evolver_evoskill import agentic
 from evolver_evoskill.render import fit, render_history, render_skills, render_trace, with_cuts
 from evolver_evoskill.verifier import SurrogateVerifier, surrogate_missed
 
-META_SKILL = Path(__file__).resolve().parents[3] / "skills" / "writing-skills" / "SKILL.md"
+#: The meta-skill that guides the builder; it ships with evolver (found in a checkout and in a wheel).
+META_SKILL = shipped_skills_dir() / "writing-skills" / "SKILL.md"
 
 #: A reply that writes one line this many times is looping (stopped there; the checks reject it).
 LOOPING_LINE = 3

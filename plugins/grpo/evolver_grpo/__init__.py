@@ -12,9 +12,9 @@ __version__ = "0.1.0"
 
 @hookimpl
 def register_trainers(register):
-    from evolver_grpo.trainer import make_trainer
+    from evolver_grpo.trainer import GRPOTrainer
 
-    register("grpo", make_trainer, description="GRPO and variants (RLOO, GDPO, GD2PO, DVAO, GiGPO, TACO), "
+    register("grpo", GRPOTrainer, description="GRPO and variants (RLOO, GDPO, GD2PO, DVAO, GiGPO, TACO), "
              "step-wise on multi-turn episodes, with the program's skills in the prompt")
 
 

@@ -36,6 +36,11 @@ from evolver_grpo.samples import Sample, collect
 
 
 class GRPOTrainer(Trainer):
+    #: What `evolver train` prints per step (Trainer.columns): reward, the share of zero-variance groups, KL,
+    #: clipping, response length and the step's time.
+    columns = ("reward {reward_mean:.3f}±{reward_std:.3f}", "zero-var {zero_var_frac:.2f}", "kl {kl:.4f}",
+               "clip {clip_frac:.3f}", "len {response_len:.1f}", "{step_s:.1f}s (rollout {rollout_s:.1f})")
+
     def __init__(self, run, options: dict | None = None, engine=None, progress=None):
         self.run = run
         self.cfg: GRPOConfig = load(options if options is not None else run.config.plugins.get("grpo", {}))
@@ -284,7 +289,3 @@ class GRPOTrainer(Trainer):
                     checkpoint = save_step(self, step + 1).as_posix()
         return {"steps": cfg.steps, "resumed_from": start, "history": self.history, "evals": evals,
                 "program": program.id if program else None, "checkpoint": checkpoint}
-
-
-def make_trainer(run, options: dict | None = None, **kw) -> GRPOTrainer:
-    return GRPOTrainer(run, options, **kw)

@@ -35,10 +35,10 @@ def register_commands(cli):
 def register_trainers(register):
     from evolver_skillrl import sft, trainer
 
-    register("sft", sft.make_trainer, description="SKILLRL cold-start SFT: skill-conditioned gold steps "
-             "rendered by the program's harness (evolver train --sft)")
-    register("skillrl", trainer.make_trainer, description="SKILLRL: GRPO with the skill bank in every prompt and "
-             "recursive bank evolution from training failures (evolver train --skillrl)")
+    register("sft", sft.SFTTrainer, description="SKILLRL cold-start SFT: skill-conditioned gold steps "
+             "rendered by the program's harness")
+    register("skillrl", trainer.SkillRLTrainer, description="SKILLRL: GRPO with the skill bank in every prompt and "
+             "recursive bank evolution from training failures")
 
 
 @hookimpl
@@ -61,14 +61,14 @@ def select_skills(run, task, program, skills, k):
     opts = load_options(run.config)
     if opts.retrieval == "off" or (opts.retrieval == "auto" and not bank_of(skills)):
         return None
-    from evolver_skillrl.embed import embedder
+    from evolver import load_embedder
     from evolver_skillrl.retrieval import Retriever
 
     key = (program.hash, opts.embedder, opts.top_k, opts.delta, opts.token_budget, opts.same_category)
     with _LOCK:
         retriever = _RETRIEVERS.get(key)
         if retriever is None:
-            retriever = Retriever(skills, embedder(opts.embedder), top_k=opts.top_k, delta=opts.delta,
+            retriever = Retriever(skills, load_embedder(opts.embedder, fallback=False), top_k=opts.top_k, delta=opts.delta,
                                   token_budget=opts.token_budget, same_category=opts.same_category)
             if len(_RETRIEVERS) > 64:
                 _RETRIEVERS.clear()

@@ -42,33 +42,26 @@ def bank_cmd(obj, program_ref):
 @click.pass_obj
 def seed_cmd(obj, program_ref):
     """Seed a bank from gold trajectories of training tasks and commit it as a child program."""
-    from evolver import EvolverError, Run, ensure_seed, has_gold, open_workspace
+    from evolver import EvolverError, has_gold, open_run
     from evolver_skillrl.bank import commit_bank, load_bank
     from evolver_skillrl.options import load_options
     from evolver_skillrl.proposer import seed_from_gold
 
     config = obj.config()
-    store, repo = open_workspace(config)
-    with store:
-        run = Run(config, store, repo, run_id="skillrl-seed-" + time.strftime("%Y%m%d-%H%M%S"))
-        run.record()
-        ensure_seed(run)
-        try:
-            program = repo.checkout(program_ref)
-            if load_bank(program.root):
-                raise EvolverError(f"program {program.id} already has a bank; evolve it with "
-                                   "`evolver run --proposer skillrl` or seed another program")
-            opts = load_options(config)
-            evo, gold = seed_from_gold(run, program, opts)
-            if not evo.entries:
-                raise EvolverError(f"no skill came out of {len(gold)} gold trajectories: {evo.stats}; does the "
-                                   "benchmark have gold paths (twx does)?")
-            new = commit_bank(run, program, evo.entries, f"seed the bank from {len(gold)} gold trajectories",
-                              operator="seed-bank", forbidden=sorted({e.task.id for e in gold}),
-                              sequences=[list(e.task.gold) for e in gold if has_gold(e.task)], inject=opts.top_k,
-                              detail={"stats": evo.stats})
-        finally:
-            run.close()
-        store.update_run(run.id, status="finished", summary={"program": new.id})
+    with open_run(config, "skillrl-seed-" + time.strftime("%Y%m%d-%H%M%S")) as run:
+        program = run.repo.checkout(program_ref)
+        if load_bank(program.root):
+            raise EvolverError(f"program {program.id} already has a bank; evolve it with "
+                               "`evolver run --proposer skillrl` or seed another program")
+        opts = load_options(config)
+        evo, gold = seed_from_gold(run, program, opts)
+        if not evo.entries:
+            raise EvolverError(f"no skill came out of {len(gold)} gold trajectories: {evo.stats}; does the "
+                               "benchmark have gold paths (twx does)?")
+        new = commit_bank(run, program, evo.entries, f"seed the bank from {len(gold)} gold trajectories",
+                          operator="seed-bank", forbidden=sorted({e.task.id for e in gold}),
+                          sequences=[list(e.task.gold) for e in gold if has_gold(e.task)], inject=opts.top_k,
+                          detail={"stats": evo.stats})
+        run.store.update_run(run.id, status="finished", summary={"program": new.id})
     click.echo(f"seeded program {new.id} from {program.id}: {new.manifest.get('bank')} "
                f"(evolver skillrl bank --program {new.id})")

@@ -12,10 +12,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from evolver import Episode, Skill
+from evolver import Episode, Skill, cosine
 from evolver_skillrl.bank import BankEntry, counts
 from evolver_skillrl.distill import TRAINING_PURPOSES, Distiller, Item
-from evolver_skillrl.embed import cosine
 from evolver_skillrl.retrieval import skill_text
 
 #: A general principle every bank starts with when its teacher writes none (origin: builtin).

@@ -11,10 +11,9 @@ worse is not kept. Bank growth (general / task / lesson) is in each proposal's d
 """
 from __future__ import annotations
 
-from evolver import ROLES, ConfigError, Proposer, replay_gold
+from evolver import ROLES, ConfigError, Proposer, load_embedder, replay_gold
 from evolver_skillrl.bank import counts, load_bank, write_entries
 from evolver_skillrl.distill import Distiller
-from evolver_skillrl.embed import embedder
 from evolver_skillrl.evolve import evolve, seed_entries
 from evolver_skillrl.options import load_options
 
@@ -38,7 +37,7 @@ def seed_from_gold(run, program, options, distiller=None):
     tasks = run.benchmark.tasks("train", per_category=options.gold_per_category)
     gold = replay_gold(run, program, tasks)
     return seed_entries(gold, load_bank(program.root), distiller or make_distiller(run, options),
-                        embedder(options.embedder), options), gold
+                        load_embedder(options.embedder, fallback=False), options), gold
 
 
 class SkillRLProposer(Proposer):
@@ -61,7 +60,7 @@ class SkillRLProposer(Proposer):
             by_id = {e.id: e for e in stored}
             by_id.update({e.id: e for e in ctx.failures})
             evo = evolve(per_category, list(by_id.values()), bank, make_distiller(run, opts),
-                         embedder(opts.embedder), opts, run.config.loop.failure_threshold)
+                         load_embedder(opts.embedder, fallback=False), opts, run.config.loop.failure_threshold)
             used = evo.used
             operator, why = "evolve-bank", (f"lessons for weak categories {', '.join(evo.weak) or '(none)'} from "
                                             f"{len(used)} failed training trajectories")

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from evolver import Skill
+from evolver import Skill, cosine
 from evolver_skillrl.bank import tier_of
-from evolver_skillrl.embed import cosine
 
 
 @dataclass

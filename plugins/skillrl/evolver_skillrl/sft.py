@@ -26,7 +26,8 @@ from pathlib import Path
 
 import torch
 
-from evolver import Episode, EvolverError, Message, evaluate_many, has_gold, replay_episodes, replay_gold, summarize
+from evolver import (Episode, EvolverError, Message, Trainer, evaluate_many, has_gold, replay_episodes, replay_gold,
+                     summarize)
 from evolver_skillrl.bank import commit_bank, load_bank
 from evolver_skillrl.options import load_options, load_sft
 
@@ -85,7 +86,10 @@ def micro_batches(batch: list[SFTSample], rows: int, share: int) -> list[list[SF
     return out + [[batch[i] for i in alone[k:k + rows]] for k in range(0, len(alone), rows)]
 
 
-class SFTTrainer:
+class SFTTrainer(Trainer):
+    flag = True  # `evolver train --sft`
+    columns = ("loss {loss:.4f}", "{step_s:.1f}s")
+
     def __init__(self, run, options: dict | None = None, engine=None, progress=None,
                  episodes: list[Episode] | None = None):
         self.run = run
@@ -357,7 +361,3 @@ def commit_write_choice(run, program):
     child = run.commit_child(program, cid, manifest, "write-choice: choose actions by writing one and playing the "
                                                      "nearest valid action, as SFT trains the model to", switch)
     return run.repo.checkout(child.id)
-
-
-def make_trainer(run, options: dict | None = None, **kw) -> SFTTrainer:
-    return SFTTrainer(run, options, **kw)

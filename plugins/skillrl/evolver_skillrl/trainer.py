@@ -16,15 +16,16 @@ Options: GRPO's under ``[plugins.grpo]`` (or ``[plugins.skillrl]``, which overri
 """
 from __future__ import annotations
 
-from evolver import ConfigError, EvolverError, has_gold
+from evolver import ConfigError, EvolverError, has_gold, load_embedder
 from evolver_grpo.trainer import GRPOTrainer
 from evolver_skillrl.bank import commit_bank, counts, load_bank
-from evolver_skillrl.embed import embedder
 from evolver_skillrl.evolve import evolve
 from evolver_skillrl.options import grpo_part, load_options
 
 
 class SkillRLTrainer(GRPOTrainer):
+    flag = True  # `evolver train --skillrl`; the progress columns are GRPO's
+
     def __init__(self, run, options: dict | None = None, engine=None, progress=None):
         raw = dict(options if options is not None else run.config.plugins.get("skillrl", {}))
         grpo = {**run.config.plugins.get("grpo", {}), **grpo_part(raw)}
@@ -84,7 +85,7 @@ class SkillRLTrainer(GRPOTrainer):
             # the current bank's own rollouts: the failures it has not answered yet
             episodes = run.store.episodes(run_id=run.id, program_id=self.program.id, purpose="grpo", split="train",
                                           with_steps=True)
-            evo = evolve(ev.per_category, episodes, bank, make_distiller(run, opts), embedder(opts.embedder), opts,
+            evo = evolve(ev.per_category, episodes, bank, make_distiller(run, opts), load_embedder(opts.embedder, fallback=False), opts,
                          run.config.loop.failure_threshold)
             row["evolution"] = evo.stats
             if evo.entries:
@@ -145,7 +146,3 @@ class SkillRLTrainer(GRPOTrainer):
                 program = save_and_commit(self, step + 1, evals[-1])
         return {"steps": cfg.steps, "history": self.history, "evals": evals, "bank_growth": self.growth,
                 "program": program.id if program else None, "checkpoint": program.model if program else None}
-
-
-def make_trainer(run, options: dict | None = None, **kw) -> SkillRLTrainer:
-    return SkillRLTrainer(run, options, **kw)

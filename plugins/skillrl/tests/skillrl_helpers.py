@@ -69,7 +69,7 @@ def make_run(tmp_path, roles: dict | None = None, skillrl: dict | None = None, e
 
 def set_backend(run: Run, role: str, backend) -> None:
     """Put ``backend`` behind ``role`` (roles with equal settings share one; give the role its own options)."""
-    run._backends[run._role_key(role)] = backend
+    run.models._backends[run.models._role_key(role)] = backend
 
 
 def episode(task, actions: list[str], score: float, purpose: str = "train", won: bool | None = None, eid: str = ""):

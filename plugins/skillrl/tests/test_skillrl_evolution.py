@@ -13,7 +13,7 @@ from evolver.skills import load_skills
 from evolver.types import ChoiceRequest
 from evolver_skillrl.bank import BankEntry, BankError, commit_bank, counts, load_bank, write_entries
 from evolver_skillrl.distill import Distiller
-from evolver_skillrl.embed import embedder
+from evolver import load_embedder
 from evolver_skillrl.evolve import dedup, evolve, training_failures, weak_categories
 from evolver_skillrl.options import load_options
 
@@ -41,15 +41,15 @@ def test_dedup_against_the_bank_and_within_the_new_entries(tmp_path):
     other = BankEntry("lesson", "boxes-close", "Use when a boxes task ends with the coin taken.",
                       "Where it failed: end\nWrong action: wait\nRight action: close box\nRule: close boxes", "boxes")
     twin = BankEntry("lesson", "boxes-close-2", other.description, other.body, "boxes")
-    kept, dropped = dedup([same, other, twin], bank, embedder("hashing"), threshold=0.9)
+    kept, dropped = dedup([same, other, twin], bank, load_embedder("hashing"), threshold=0.9)
     assert [e.name for e in kept] == ["boxes-close"]
     assert dropped[0][0] == "doors-again" and "bank skill doors-routine" in dropped[0][1]
     assert dropped[1][0] == "boxes-close-2" and "new entry boxes-close" in dropped[1][1]
-    kept, dropped = dedup([same], bank, embedder("hashing"), threshold=1.01)  # nothing is that close
+    kept, dropped = dedup([same], bank, load_embedder("hashing"), threshold=1.01)  # nothing is that close
     assert kept == [same] and dropped == []
     # the same words in another category are not a duplicate: that category has no such skill yet
     elsewhere = BankEntry("task", "keys-routine", old.description, old.body, "keys")
-    assert dedup([elsewhere], bank, embedder("hashing"), threshold=0.9)[0] == [elsewhere]
+    assert dedup([elsewhere], bank, load_embedder("hashing"), threshold=0.9)[0] == [elsewhere]
 
 
 def test_evolve_distils_lessons_for_weak_categories_and_caps_them(tmp_path):
@@ -60,7 +60,7 @@ def test_evolve_distils_lessons_for_weak_categories_and_caps_them(tmp_path):
                                                                  rule=f"Rule number {len(teacher.calls)} is distinct "
                                                                       f"{'x' * len(teacher.calls)}")))
     opts = load_options({"embedder": "hashing", "new_per_category": 1, "dedup_threshold": 0.999})
-    evo = evolve({"doors": 1.0, "boxes": 0.25}, eps, [], Distiller(teacher), embedder("hashing"), opts, 0.8)
+    evo = evolve({"doors": 1.0, "boxes": 0.25}, eps, [], Distiller(teacher), load_embedder("hashing"), opts, 0.8)
     assert evo.weak == ["boxes"] and all(e.task.category == "boxes" for e in evo.used)
     assert len(evo.used) == 4 and len(teacher.calls) == 4
     assert len(evo.entries) == 1 and evo.stats["capped"] == 3 and evo.entries[0].tier == "lesson"
@@ -108,7 +108,7 @@ def test_run_with_the_skillrl_proposer_seeds_then_evolves_from_train_failures_on
                    # 4 dev tasks per category: the bank wins one category of two, 4 tasks of 8, which the
                    # paired admission gate accepts (2 of 4 could be luck)
                    loop={"iterations": 2, "train_per_category": 2, "dev_per_category": 4, "test_per_category": 1,
-                         "candidates_per_iteration": 1, "staged": False, "sandbox_smoke": False, "selector": "best",
+                         "candidates_per_iteration": 1, "staged": False, "sandbox_harness": False, "selector": "best",
                          "patience": 5})
     executor, teacher = ScriptedBackend(rule=executor_rule), ScriptedBackend(rule=teacher_rule)
     set_backend(run, "executor", executor)

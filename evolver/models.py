@@ -1,0 +1,107 @@
+"""The models a run plays and proposes with: one backend per (backend, model, options) shared by the roles
+that name it, trained checkpoints loaded on demand (the two most recent stay loaded), and the tokens each
+role spends. :class:`evolver.Run` holds one and forwards ``backend``, ``executor_for`` and ``checkpoint_of``.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from evolver import plugins
+from evolver.backends.base import Backend, Lowered
+from evolver.config import Config
+from evolver.types import GenRequest, GenResult, Program
+
+
+def checkpoint_path(workspace: Path, model: str | None) -> str | None:
+    """A manifest's ``model`` as a loadable weights folder (relative paths are in the workspace), or
+    None: no model, a backend's model name ("embedded", a hub id) or a folder that is not there."""
+    if not model or model == "embedded":
+        return None
+    path = Path(model) if Path(model).is_absolute() else Path(workspace) / model
+    return str(path.resolve()) if (path / "config.json").is_file() else None
+
+
+class CountingBackend(Backend):
+    """Wraps a backend to count the tokens a role spends (for budgets and the report)."""
+
+    def __init__(self, inner: Backend, counter: dict, role: str):
+        self.inner, self.counter, self.role = inner, counter, role
+        self.name, self.model, self.scores_options = inner.name, inner.model, inner.scores_options
+
+    def generate(self, requests: list[GenRequest]) -> list[GenResult]:
+        return self._count(self.inner.generate(requests))
+
+    def choose(self, requests):
+        return self._count(self.inner.choose(requests))
+
+    def lowered(self, requests: list) -> Lowered | None:
+        low = self.inner.lowered(requests)
+        return low and Lowered(low.engine, low.gens, lambda results: self._count(low.finish(results)))
+
+    def _count(self, results: list) -> list:
+        self.counter[self.role] = self.counter.get(self.role, 0) + sum(r.prompt_tokens + r.completion_tokens
+                                                                       for r in results)
+        return results
+
+    def count_tokens(self, text: str) -> int:
+        return self.inner.count_tokens(text)
+
+    @property
+    def base_model(self) -> str:
+        return self.inner.base_model
+
+    def __getattr__(self, name: str) -> Any:  # tokenizer, hf_model, load_weights, ...
+        return getattr(self.inner, name)
+
+
+class Models:
+    """The backend pool of one run (see the module docstring)."""
+
+    def __init__(self, config: Config, workspace: Path, tokens: dict[str, int]):
+        self.config, self.workspace, self.tokens = config, Path(workspace), tokens
+        self._backends: dict[tuple, Backend] = {}
+
+    def backend(self, role: str) -> Backend:
+        """The backend for a role. Roles that name the same backend and model share one instance
+        (one copy of the weights in memory)."""
+        rc, key = self.config.role(role), self._role_key(role)
+        if key not in self._backends:
+            self._backends[key] = plugins.make("backend", rc.backend, model=rc.model, **rc.options)
+        return CountingBackend(self._backends[key], self.tokens, role)
+
+    def checkpoint_of(self, program: Program) -> str | None:
+        """The weights folder a program's manifest names (``model``: a trained checkpoint, relative
+        to the workspace or absolute), or None when it plays with the configured executor model."""
+        return checkpoint_path(self.workspace, (program.manifest or {}).get("model"))
+
+    def executor_for(self, program: Program) -> Backend:
+        """The executor as ``program`` plays: with its own checkpoint's weights when it carries one
+        (a trained program and every descendant, which inherit the manifest's ``model``), else the
+        configured executor. The two most recently used checkpoints stay loaded."""
+        ckpt = self.checkpoint_of(program)
+        rc = self.config.role("executor")
+        if ckpt is None or ckpt == rc.model:
+            return self.backend("executor")
+        key = ("checkpoint", rc.backend, ckpt, self._role_key("executor")[2])
+        if key in self._backends:
+            self._backends[key] = self._backends.pop(key)  # most recent last
+        else:
+            loaded = [k for k in self._backends if k[0] == "checkpoint"]
+            for old in loaded[:-1]:
+                self._backends.pop(old).close()
+            self._backends[key] = plugins.make("backend", rc.backend, model=ckpt, **rc.options)
+        return CountingBackend(self._backends[key], self.tokens, "executor")
+
+    def _role_key(self, role: str) -> tuple:
+        rc = self.config.role(role)
+        return (rc.backend, rc.model, tuple(sorted((k, repr(v)) for k, v in rc.options.items())))
+
+    def loaded(self, role: str) -> Backend | None:
+        """The role's backend if it was made already (None: nothing loaded yet)."""
+        return self._backends.get(self._role_key(role))
+
+    def close(self) -> None:
+        for b in self._backends.values():
+            b.close()
+        self._backends.clear()
