@@ -1,7 +1,7 @@
 """Attention of a grouped-query model (SmolLM2-135M's shapes: 9 query heads over 3 KV heads, head dim
 64) under bf16 autocast, three ways side by side: transformers' SDPA path (copies K and V to every
 query head whenever a mask is given and more than one token is fed), the backend's packed path
-(``evolver/backends/attention.py``: query heads packed onto their KV head, the mask repeated) and
+(``evolver_transformers/attention.py``: query heads packed onto their KV head, the mask repeated) and
 torch's own ``enable_gqa``. Shapes: a batch prefill, a single-row prefill, a draft check of 2 tokens
 per row, a 1-token decode, a few rows checking 9-token drafts, and one row decoding alone with no mask
 (transformers drops the mask then, and its SDPA path calls ``enable_gqa``).
@@ -22,8 +22,8 @@ import torch
 import torch.nn.functional as F
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-import evolver.backends.attention as attention
-from evolver.backends.attention import gqa_sdpa
+import evolver_transformers.attention as attention
+from evolver_transformers.attention import gqa_sdpa
 
 SHAPES = [(36, 73, 775, "prefill, 36 rows"), (12, 73, 400, "prefill, 12 rows"), (1, 73, 400, "prefill, 1 row"),
           (32, 2, 480, "draft check, 32 rows"), (32, 1, 480, "decode, 32 rows"), (5, 9, 400, "draft check, 5 rows"),

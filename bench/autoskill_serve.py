@@ -93,7 +93,7 @@ def main() -> None:
         if name == "scripted":
             backend, n, max_tokens = ScriptedBackend(rule=lambda req: "fine, done as asked"), args.requests, 16
         else:
-            from evolver.backends.transformers_backend import TransformersBackend
+            from evolver_transformers.backend import TransformersBackend
 
             backend, n, max_tokens = TransformersBackend(), args.lm_requests, args.lm_max_tokens
         servers = {mode: Server(build_app(service, backend, name, autoskill=(mode == "autoskill")),

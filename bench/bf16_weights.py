@@ -1,6 +1,6 @@
 """What a model call pays for bf16 autocast's weight casts: SmolLM2-135M's linear layers as plain
 ``nn.Linear`` (autocast casts every fp32 weight again in each new autocast context, i.e. each backend
-call) vs ``Bf16CachedLinear`` (the bf16 copies kept across calls, ``evolver/backends/bf16_weights.py``).
+call) vs ``Bf16CachedLinear`` (the bf16 copies kept across calls, ``evolver_transformers/bf16_weights.py``).
 
 One model, its layers' class switched back and forth, so both rows use the same weights and memory.
 A one-token decoding forward over an 800-token KV cache, timed as the first forward of a fresh
@@ -17,8 +17,8 @@ import time
 import torch
 from torch import nn
 
-from evolver.backends.bf16_weights import Bf16CachedLinear, keep_bf16_weights
-from evolver.backends.transformers_backend import TransformersBackend
+from evolver_transformers.backend import TransformersBackend
+from evolver_transformers.bf16_weights import Bf16CachedLinear, keep_bf16_weights
 
 
 def main() -> None:

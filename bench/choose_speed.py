@@ -12,8 +12,8 @@ import argparse
 import random
 import time
 
-from evolver.backends.transformers_backend import TransformersBackend
 from evolver.types import ChoiceRequest, Message
+from evolver_transformers.backend import TransformersBackend
 
 ROOMS = ["kitchen", "pantry", "living room", "bedroom", "bathroom", "garden", "shed", "corridor"]
 THINGS = ["red apple", "yellow potato", "carrot", "cookbook", "knife", "frying pan", "bowl", "lamp",

@@ -15,9 +15,9 @@ import time
 
 import torch
 
-from evolver.backends.precision import bf16_native, use_autocast
-from evolver.backends.transformers_backend import TransformersBackend
 from evolver.types import GenRequest, Message
+from evolver_transformers.backend import TransformersBackend
+from evolver_transformers.precision import bf16_native, use_autocast
 
 TEXT = "You are in the kitchen. There is a fridge, a counter and a closed door to the north. "
 

@@ -26,9 +26,9 @@ from pathlib import Path
 
 import torch
 from action_modes import MODES, seed_workspace, set_mode  # noqa: E402 (a sibling script)
-from evolver.backends.drafts import PromptLookup
 from evolver.evaluate import run_episodes
 from evolver.types import GenRequest, GenResult, stable_hash
+from evolver_transformers.drafts import PromptLookup
 
 
 def main() -> None:

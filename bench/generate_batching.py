@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import argparse
 
-from evolver.backends.transformers_backend import TransformersBackend
 from evolver.types import GenRequest, Message
+from evolver_transformers.backend import TransformersBackend
 
 QUESTIONS = ["Describe a kitchen in a text adventure.", "What should I do if I find a locked door?",
              "Write a short story about a cat.", "Explain how to cook a potato.",

@@ -22,17 +22,22 @@ if [ -z "${PYTHON:-}" ]; then if [ -x .venv/bin/python ]; then PYTHON=.venv/bin/
 if [ "${GPU_CHECK_CPU:-}" = 1 ]; then : "${BATCHES:=1,4}" "${TOKENS:=16}" "${GROUP:=2}" "${PROMPTS:=2}"; fi
 STAGES=${STAGES:-tests,engines,steps} STEP_VARIANTS=${STEP_VARIANTS:---dtype bf16}
 BATCHES=${BATCHES:-1,8,32,128} TOKENS=${TOKENS:-128} GROUP=${GROUP:-16} PROMPTS=${PROMPTS:-8}
-export GPU_CHECK_CPU=${GPU_CHECK_CPU:-} HF_HUB_OFFLINE=1 EVOLVER_PLUGINS= PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+export GPU_CHECK_CPU=${GPU_CHECK_CPU:-} HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 if ls .gpu/whl/*.whl >/dev/null 2>&1; then
   "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/gpu-site .gpu/whl/*.whl \
     || { echo "gpu_check: installing .gpu/whl failed"; exit 1; }
-  # evolver and the GRPO plugin as distributions too (no dependencies, no build isolation), so their
-  # entry points are found the way an installed plugin's are; the sources still come from this tree.
+  # evolver, its engines and the GRPO plugin as distributions too (no dependencies, no build isolation), so
+  # their entry points are found the way an installed plugin's are; the sources still come from this tree.
   "$PYTHON" -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir --target /tmp/gpu-site \
-    . plugins/grpo || echo "gpu_check: could not install evolver's entry points; CLI tests may fail"
+    . plugins/transformers plugins/vllm plugins/grpo \
+    || echo "gpu_check: could not install evolver's entry points; CLI tests may fail"
   export PYTHONPATH=/tmp/gpu-site
 fi
-export PYTHONPATH="$PWD:$PWD/plugins/grpo${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH="$PWD:$PWD/plugins/transformers:$PWD/plugins/vllm:$PWD/plugins/grpo${PYTHONPATH:+:$PYTHONPATH}"
+# Only the engines load as plugins (the transformers and vllm backends), where their entry points exist.
+EVOLVER_PLUGINS=$("$PYTHON" -c "import importlib.metadata as m
+print(','.join(sorted({e.name for e in m.entry_points(group='evolver')} & {'transformers', 'vllm'})))")
+export EVOLVER_PLUGINS
 if ! command -v git >/dev/null && ls .gpu/deb/*.deb >/dev/null 2>&1; then
   for f in .gpu/deb/*.deb; do dpkg -x "$f" /tmp/gpu-git; done
   export PATH="/tmp/gpu-git/usr/bin:$PATH" GIT_EXEC_PATH=/tmp/gpu-git/usr/lib/git-core \
@@ -69,7 +74,7 @@ fi
 want() { [[ ",$STAGES," == *",$1,"* ]]; }
 if want tests; then
   echo "== tests on this device (backend and GRPO trainer suites; auto device = the GPU)"
-  timeout 180 "$PYTHON" -m pytest -q -rA -p no:cacheprovider tests/test_backends.py plugins/grpo/tests 2>&1 \
+  timeout 180 "$PYTHON" -m pytest -q -rA -p no:cacheprovider plugins/transformers/tests plugins/grpo/tests 2>&1 \
     | grep -E "^(FAILED|ERROR)|Error|assert|score per step|passed|failed" | tail -25
 fi
 VLLM_ARG=()

@@ -26,7 +26,7 @@ done
 "$PY" - <<'PY'
 import shutil
 from pathlib import Path
-from evolver.backends.embedded import embedded_model_dir
+from evolver_transformers.embedded import embedded_model_dir
 src = embedded_model_dir()
 for f in src.iterdir():
     if f.is_file() and not f.name.endswith((".safetensors", ".bin", ".gguf")):

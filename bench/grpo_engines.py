@@ -65,19 +65,19 @@ class HFGenerate:
 def side(engine: str, batches: list[int], tokens: int, dtype: str, device: str = "auto") -> dict:
     import torch
 
-    from evolver.backends.embedded import embedded_model_dir
     from evolver.types import GenRequest, Message
     from evolver_grpo.logprobs import completion_logprobs
+    from evolver_transformers.embedded import embedded_model_dir
 
     folder = str(embedded_model_dir())
     if engine == "vllm":
-        from evolver.backends.vllm_backend import VLLMBackend
+        from evolver_vllm.backend import VLLMBackend
 
         backend = VLLMBackend(model=folder, dtype=dtype)
     elif engine == "hf-generate":
         backend = HFGenerate(folder, dtype, device)
     else:
-        from evolver.backends.transformers_backend import TransformersBackend
+        from evolver_transformers.backend import TransformersBackend
 
         backend = TransformersBackend(model=folder, dtype=dtype, max_batch=max(batches), device=device)
 

@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("EVOLVER_PLUGINS", "")  # the trainer is imported directly: no plugin needed
+os.environ.setdefault("EVOLVER_PLUGINS", "transformers,vllm")  # the engines; the trainer is imported directly
 
 
 def main() -> None:

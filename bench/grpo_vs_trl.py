@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("EVOLVER_PLUGINS", "reasoning-gym,grpo")
+os.environ.setdefault("EVOLVER_PLUGINS", "transformers,reasoning-gym,grpo")
 
 
 @contextmanager
@@ -66,7 +66,7 @@ def trl(args) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from evolver.backends.embedded import embedded_model_dir
+    from evolver_transformers.embedded import embedded_model_dir
     from evolver.harness import make_harness
 
     with setup_run(Path(tempfile.mkdtemp(prefix="bench-trl-")), args) as (run, program):

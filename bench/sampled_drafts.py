@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from evolver.backends import transformers_backend as tb
+from evolver_transformers import backend as tb
 
 
 def record(path: Path) -> None:

@@ -39,7 +39,7 @@ def build_samples(out: Path, per_category: int) -> dict:
 def child(path: Path, micro: int, batch: int, steps: int) -> None:
     import torch
 
-    from evolver.backends.transformers_backend import TransformersBackend
+    from evolver_transformers.backend import TransformersBackend
     from evolver_skillrl.options import load_sft
     from evolver_skillrl.sft import SFTSample, SFTTrainer
 
@@ -82,7 +82,7 @@ def main() -> None:
     first = rows[0][1]
     import torch
 
-    from evolver.backends.precision import use_autocast
+    from evolver_transformers.precision import use_autocast
     print(f"SFT step on the {args.batch} longest of {info['samples']} samples ({first['tokens']} tokens, "
           f"prompts up to {info['max_prompt']}), SmolLM2-135M, "
           f"{'bf16 autocast' if use_autocast(None, torch.device('cpu')) else 'fp32'}, CPU; median of {args.steps} steps")

@@ -73,7 +73,7 @@ def grpo_child(share: int, group: int, prompt_len: int, new: int) -> dict:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from evolver.backends.embedded import embedded_model_dir
+    from evolver_transformers.embedded import embedded_model_dir
     from evolver_grpo.logprobs import completion_logprobs
 
     torch.manual_seed(0)

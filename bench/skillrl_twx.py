@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("EVOLVER_PLUGINS", "grpo,skillrl")
+os.environ.setdefault("EVOLVER_PLUGINS", "transformers,twx,grpo,skillrl")
 
 CONDITIONS = ("grpo", "static", "evolving")
 

@@ -6,7 +6,9 @@ a module inside it, and never a name that starts with ``_``: modules may move, t
 hooks are in ``docs/plugins.md``.
 
 Names load on first use (PEP 562), so ``import evolver`` costs a millisecond: a name whose module needs
-torch, DuckDB or click pulls it in only when a plugin asks for that name.
+DuckDB or click pulls it in only when a plugin asks for that name. Nothing here needs torch: the local
+model engines are plugins (``evolver_transformers`` holds their helpers: precision, KV reuse, the
+embedded model's weights).
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ _API: dict[str, str] = {
                      "StoreLockedError", "QueryError", "ProgramRepoError", "BackendError", "BenchmarkError"],
                     "evolver.errors"),
     # -- the interfaces registered objects implement
-    "Backend": "evolver.backends.base",
+    **dict.fromkeys(["Backend", "render_plain"], "evolver.backends.base"),
     "SampledBackend": "evolver.backends.sampling",
     **dict.fromkeys(["Benchmark", "Env", "SPLITS"], "evolver.benchmarks.base"),
     **dict.fromkeys(["Proposer", "ProposeContext", "Draft"], "evolver.proposers"),
@@ -59,10 +61,6 @@ _API: dict[str, str] = {
     **dict.fromkeys(["format_episode", "brief_step", "gold_text"], "evolver.trace_format"),
     **dict.fromkeys(["Tools", "converse"], "evolver.proposer_tools"),
     "text_table": "evolver.report",
-    # -- local models (these import torch): the embedded model's weights, precision, length batching
-    "embedded_model_dir": "evolver.backends.embedded",
-    "use_autocast": "evolver.backends.precision",
-    "length_groups": "evolver.backends.prefix_cache",
 }
 
 __all__ = list(_API)

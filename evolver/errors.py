@@ -15,11 +15,13 @@ class PluginError(EvolverError):
 
 
 class UnknownNameError(EvolverError):
-    """An unknown benchmark, backend, proposer, ...: the message lists the known ones."""
+    """An unknown benchmark, backend, proposer, ...: the message lists the known ones, then ``hint`` (what
+    to install or set to get this one) when there is one."""
 
-    def __init__(self, kind: str, name: str, known: list[str]):
-        self.kind, self.name, self.known = kind, name, sorted(known)
-        super().__init__(f"unknown {kind} {name!r}; known {kind}s: {', '.join(self.known) or '(none)'}")
+    def __init__(self, kind: str, name: str, known: list[str], hint: str = ""):
+        self.kind, self.name, self.known, self.hint = kind, name, sorted(known), hint
+        super().__init__(f"unknown {kind} {name!r}; known {kind}s: {', '.join(self.known) or '(none)'}"
+                         + (f". {hint}" if hint else ""))
 
 
 class SkillError(EvolverError):

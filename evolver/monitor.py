@@ -38,8 +38,8 @@ RULES: tuple[Rule, ...] = (
          "reads objects the harness was not given", code_only=True),
     Rule("gold-field", r"\bgold\b|['\"]go['\"]\s*\+|\banswer_key\b|\bexpected_answer\b",
          "names the gold answer", code_only=True),
-    Rule("benchmark-code", r"\bevolver\.benchmarks\b|\btextworld_express\b|\breasoning_gym\b|\.tasks\s*\(\s*['\"]"
-                           r"(?:dev|test|train)['\"]",
+    Rule("benchmark-code", r"\bevolver(?:\.benchmarks|_twx|_reasoning_gym)\b|\btextworld_express\b|\breasoning_gym\b"
+                           r"|\.tasks\s*\(\s*['\"](?:dev|test|train)['\"]",
          "rebuilds the tasks from the benchmark's code"),
     Rule("store", r"evolver\.duckdb|\bduckdb\b|\bstore/|\.wal\b", "reads the trace store"),
     Rule("protected-path", r"/proc/|/etc/|\.\./|\bos\.environ\b|\bgetenv\b|expanduser", "reads outside its folder"),

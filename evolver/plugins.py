@@ -30,6 +30,12 @@ from evolver import hookspecs
 from evolver.errors import PluginError, UnknownNameError
 
 GROUP = "evolver"
+#: The names the default config (and the docs) use that first-party plugins bring, with the entry point
+#: (and folder under plugins/) of each: only the unknown-name error reads this, to say what to install.
+#: Nothing in the core imports these plugins or depends on what they do.
+FIRST_PARTY = {("benchmark", "twx"): "twx", ("backend", "transformers"): "transformers",
+               ("backend", "vllm"): "vllm", ("proposer", "imitation"): "experience",
+               ("proposer", "expert-iteration"): "experience", ("proposer", "evoskill"): "evoskill"}
 KINDS = ("benchmark", "backend", "proposer", "trainer", "harness", "selector")
 HOOK_OF = {kind: f"register_{kind}es" if kind.endswith("s") else f"register_{kind}s" for kind in KINDS}
 
@@ -59,11 +65,26 @@ class Registry:
 
     def get(self, name: str) -> Entry:
         if name not in self.entries:
-            raise UnknownNameError(self.kind, name, list(self.entries))
+            raise UnknownNameError(self.kind, name, list(self.entries), _install_hint(self.kind, name))
         return self.entries[name]
 
     def names(self) -> list[str]:
         return sorted(self.entries)
+
+
+def _install_hint(kind: str, name: str) -> str:
+    """What brings a first-party ``kind`` ``name`` that is not registered: install its plugin, or let
+    EVOLVER_PLUGINS load it."""
+    plugin = FIRST_PARTY.get((kind, name))
+    if plugin is None:
+        return ""
+    if plugin in {ep.name for ep in importlib.metadata.entry_points(group=GROUP)}:
+        allowed = os.environ.get("EVOLVER_PLUGINS")
+        left_out = allowed is not None and plugin not in {n.strip() for n in allowed.split(",")}
+        return (f"{kind} {name!r} comes with the installed plugin {plugin!r}, which is not loaded"
+                + (f": EVOLVER_PLUGINS={allowed!r} leaves it out" if left_out else ""))
+    return (f"{kind} {name!r} comes with the evolver-{plugin} plugin, which is not installed: "
+            f"pip install -e plugins/{plugin} (every first-party plugin: pip install -r plugins/requirements.txt)")
 
 
 _pm: pluggy.PluginManager | None = None
@@ -272,12 +293,22 @@ def check_config(config) -> None:
     option tables) resolves, checked before any work, so a typo never surfaces after episodes played."""
     from evolver.config import ROLES
 
-    get("benchmark", config.benchmark)
-    for role in ROLES:
-        get("backend", config.role(role).backend)
-    get("selector", config.loop.selector)
-    for name in config.proposers:
-        get("proposer", name)
+    wanted = [("benchmark", config.benchmark), *(("backend", config.role(r).backend) for r in ROLES),
+              ("selector", config.loop.selector), *(("proposer", name) for name in config.proposers)]
+    unknown = []
+    for kind, name in dict.fromkeys(wanted):
+        try:
+            get(kind, name)
+        except UnknownNameError as exc:
+            unknown.append(exc)
+    if len(unknown) > 1:  # say them all at once: a config without its plugins misses several
+        first, rest = unknown[0], unknown[1:]
+        also = ", ".join(f"{e.kind} {e.name!r}" + (f" (evolver-{FIRST_PARTY[e.kind, e.name]})"
+                                                   if (e.kind, e.name) in FIRST_PARTY else "") for e in rest)
+        raise UnknownNameError(first.kind, first.name, first.known,
+                               f"{first.hint + '. ' if first.hint else ''}Also unknown: {also}")
+    if unknown:
+        raise unknown[0]
     check_options(config.plugins)
 
 

@@ -1,9 +1,15 @@
+import importlib.metadata
 import os
 
 import pytest
 
-# Keep installed third-party plugins out of the tests; first-party ones are loaded explicitly.
-os.environ.setdefault("EVOLVER_PLUGINS", "evoskill")
+# Keep installed third-party plugins out of the tests; first-party ones are loaded explicitly, except
+# evoskill and those that bring the default config's engine and benchmark (transformers, vllm, twx), which
+# every test has, as a default install does (plugins/requirements.txt). Only installed ones are named: an
+# EVOLVER_PLUGINS naming a missing plugin is an error.
+_EVERY_TEST = ("evoskill", "transformers", "twx", "vllm")
+_installed = {ep.name for ep in importlib.metadata.entry_points(group="evolver")}
+os.environ.setdefault("EVOLVER_PLUGINS", ",".join(n for n in _EVERY_TEST if n in _installed))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 

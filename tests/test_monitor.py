@@ -11,7 +11,7 @@ SEED = (SEED_DIR / "harness" / "harness.py").read_text()
 ATTACKS = {
     "introspection": "        import gc; found = [o for o in gc.get_objects() if type(o).__name__ == 'Task']",
     "gold-field": "        answer = vars(state['task'])['go' + 'ld']",
-    "benchmark-code": "        from evolver.benchmarks.twx import TwxBenchmark",
+    "benchmark-code": "        from evolver_twx.benchmark import TwxBenchmark",
     "store": "        rows = open('../../evolver.duckdb', 'rb').read()",
     "protected-path": "        key = open('/proc/1/environ').read()",
     "process": "        import subprocess; subprocess.run(['cat', 'answers.txt'])",

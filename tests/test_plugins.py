@@ -25,6 +25,9 @@ def test_builtins_are_registered_through_hooks():
     assert {"round-robin", "best", "random", "ucb"} <= set(regs["selector"].names())
     assert "evoskill" in regs["proposer"].names()  # first-party plugin, found by its entry point
     assert plugins.get("backend", "scripted").plugin == "evolver.default_plugins"
+    # the default run's engine and benchmark are first-party plugins, found by their entry points
+    assert plugins.get("backend", "transformers").plugin == "transformers"
+    assert plugins.get("benchmark", "twx").plugin == "twx" and plugins.get("backend", "vllm").plugin == "vllm"
 
 
 def test_unknown_name_lists_known_ones():

@@ -40,9 +40,14 @@ def _backend(config, role: str, cache: dict):
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a config key (repeatable).")
 @click.pass_obj
 def serve(obj, host, port, backend, model, bare, no_learn, overrides):
-    """OpenAI-compatible chat server with AutoSkill: rewrite, retrieve, inject, answer, learn."""
-    from evolver import make_plugin
+    """OpenAI-compatible chat server with AutoSkill: rewrite, retrieve, inject, answer, learn.
+
+    With API keys (plugins.autoskill.keys or keys_file) each key reaches only its own scopes; without
+    any, the server is open and listens on a loopback address only."""
+    from evolver import make_plugin, open_workspace
+    from evolver_autoskill.auth import check_exposure, load_keys
     from evolver_autoskill.options import load_options
+    from evolver_autoskill.request import Limits
     from evolver_autoskill.serve import Server, build_app
     from evolver_autoskill.service import AutoSkillService
 
@@ -51,8 +56,12 @@ def serve(obj, host, port, backend, model, bare, no_learn, overrides):
         extra.append(f"roles.executor.backend={json.dumps(backend)}")
     if model:
         extra.append(f"roles.executor.model={json.dumps(model)}")
-    config, root, store = _workspace(obj, extra)
+    config = obj.config(extra)
     options = load_options(config)
+    keys = load_keys(options)
+    check_exposure(host, keys)  # before the store, the model or the embedder load
+    store, _ = open_workspace(config)
+    root = Path(config.store)
     if no_learn:
         options.learn = False
     backends: dict = {}
@@ -70,12 +79,14 @@ def serve(obj, host, port, backend, model, bare, no_learn, overrides):
             gate = OutcomeGate(BenchmarkValidator(bench, answer, tasks), options.gate_tolerance)
         service = AutoSkillService(root / "autoskill", store, options, judge_backend=judge, gate=gate)
         name = config.role("executor").model or answer.model or config.role("executor").backend
-        app = build_app(service, answer, name, options.max_batch, options.batch_wait_ms / 1000, autoskill=not bare)
+        app = build_app(service, answer, name, options.max_batch, options.batch_wait_ms / 1000, autoskill=not bare,
+                        keys=keys, limits=Limits.from_options(options))
         try:
             server = Server(app, host, port)
         except OSError as exc:
             raise EvolverError(str(exc)) from None
         mode = "bare backend, no skills" if bare else f"skill banks in {root / 'autoskill'}"
+        mode += f"; API keys: {len(keys)}" if keys else "; open: no API keys, loopback only"
         click.echo(f"evolver serve: listening on {server.url} (model {name}; {mode}); Ctrl-C stops", err=False)
         _serve_until_signal(server)
         app.state.batcher.close()

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from evolver import ConfigError
 
@@ -43,6 +43,26 @@ class AutoSkillOptions(BaseModel):
     """Concurrent requests answered in one backend batch."""
     batch_wait_ms: float = 5.0
     """How long the batcher waits for more requests to join a batch."""
+    # -- who may call `evolver serve` (evolver_autoskill/auth.py)
+    keys: dict[str, list[str]] = {}
+    """API keys, each bound to its scopes: {"<key>" = ["alice", "team"]}. A key reads and writes only its
+    scopes; a request naming none uses the first. Prefer `keys_file` for keys that must not be committed."""
+    keys_file: str | None = None
+    """A TOML file of keys in the same shape ("<key>" = ["alice"], one line per key; chmod 600). With neither
+    `keys` nor `keys_file`, serve is open and listens on loopback only."""
+    # -- per-request limits of `evolver serve` (evolver_autoskill/request.py); over one is a 4xx naming it
+    max_body_bytes: int = Field(1_000_000, ge=1)
+    """Request body size (413 above it): 1 MB is ~250k tokens of text, more than any model served here takes."""
+    max_json_depth: int = Field(64, ge=4)
+    """How deeply the body's JSON may nest, checked before parsing (chat requests nest about 4 levels)."""
+    max_request_tokens: int = Field(4096, ge=1)
+    """Largest `max_tokens` / `max_completion_tokens` a request may ask for (the default is 256)."""
+    max_temperature: float = Field(2.0, ge=0, allow_inf_nan=False)
+    """Temperature must be finite and in [0, this] (2 is OpenAI's bound)."""
+    max_messages: int = Field(256, ge=1)
+    """Messages per request."""
+    max_chars: int = Field(200_000, ge=1)
+    """Characters of content over all of a request's messages (~50k tokens)."""
 
 
 def load_options(config) -> AutoSkillOptions:

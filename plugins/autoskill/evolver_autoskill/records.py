@@ -48,10 +48,12 @@ def log_conversation(store, conversation_id: str, thread_id: str, scope: str, mo
                    store_json(injected), latency_s, _now()])
 
 
-def set_feedback(store, conversation_id: str, score: float) -> bool:
-    """A user's (or a grader's) score for one served answer: the outcome usage accounting compares."""
-    rows = store.execute("UPDATE autoskill_conversations SET feedback = ? WHERE conversation_id = ? RETURNING 1",
-                         [float(score), conversation_id])
+def set_feedback(store, conversation_id: str, score: float, scopes: list[str] | None = None) -> bool:
+    """A user's (or a grader's) score for one served answer: the outcome usage accounting compares.
+    ``scopes``: only a conversation of these scopes is touched (an API key's; None: any)."""
+    rows = store.execute("UPDATE autoskill_conversations SET feedback = ? WHERE conversation_id = ? "
+                         "AND (? OR list_contains(?::VARCHAR[], scope)) RETURNING 1",
+                         [float(score), conversation_id, scopes is None, scopes])
     return bool(rows)
 
 

@@ -8,9 +8,13 @@ Endpoints: ``POST /v1/chat/completions`` (``stream`` too), ``GET /v1/models``, `
 ``POST /v1/autoskill/feedback`` (``{"conversation_id", "score"}``: the outcome usage accounting uses).
 The user scope is the ``X-Evolver-Scope`` header, else the request's ``user`` field, else "default";
 ``X-Evolver-Thread`` names the conversation a request belongs to (default: a hash of its first user turn).
+With API keys configured (auth.py), every endpoint but ``/health`` needs ``Authorization: Bearer <key>``
+and a key reaches only its own scopes (another one is a 403; naming none means the key's first). Every
+request is checked before any work (request.py): a malformed or oversized one is a 4xx naming what is wrong.
 
 Backends answer batches and most are not thread-safe, so requests go through :class:`Batcher`: one
-thread that gathers the requests arriving within a few milliseconds into one ``generate`` call.
+thread that gathers the requests arriving within a few milliseconds into one ``generate`` call. A batch
+whose call raises is answered again one request at a time, so a request that breaks the backend fails alone.
 Backends return whole texts, so a streamed answer is sent as chunks once it is generated.
 """
 from __future__ import annotations
@@ -23,8 +27,9 @@ import socket
 import sys
 import threading
 import time
+import traceback
 import uuid
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
@@ -34,6 +39,9 @@ from starlette.routing import Route
 
 from evolver import Backend, BackendError, GenRequest, GenResult, Message
 from evolver_autoskill import records
+from evolver_autoskill.auth import Keys, bearer, check_exposure, normalize_scope
+from evolver_autoskill.request import (Limits, Reject, check_scope_name, check_thread, load_json, parse_feedback,
+                                       parse_request, read_body)
 from evolver_autoskill.retrieval import Retrieval, render_skills
 
 
@@ -90,55 +98,68 @@ class Batcher:
                 batch.append(nxt)
             try:
                 results = self.backend.generate([r for r, _ in batch])
+                if len(results) != len(batch):  # else some requests would wait forever
+                    raise RuntimeError(f"the backend answered {len(results)} of {len(batch)} requests")
+            except Exception as exc:
+                failed = exc
+            else:
                 for (_, fut), res in zip(batch, results):
-                    fut.set_result(res)
-            except Exception as exc:  # systemic: every waiting request learns of it
-                for _, fut in batch:
-                    fut.set_exception(exc)
+                    _settle(fut, res)
+                continue
+            if len(batch) == 1:
+                _settle(batch[0][1], exc=failed)
+            else:  # outside the except block, so each request's own error is not chained to the batch's
+                self._one_by_one(batch)
+
+    def _one_by_one(self, batch: list) -> None:
+        """A batch's call raised: answer each request alone, so only a request that breaks the backend fails.
+        A ``BackendError`` is systemic by contract (the model cannot load, the server is unreachable): once
+        one request alone gets it, the rest of the batch get it too without another call, since retrying
+        each would multiply an outage's wait by the batch size."""
+        down: BackendError | None = None
+        for req, fut in batch:
+            if down is not None:
+                _settle(fut, exc=down)
+                continue
+            try:
+                _settle(fut, self.backend.generate([req])[0])
+            except BackendError as exc:
+                down = exc
+                _settle(fut, exc=exc)
+            except Exception as exc:
+                _settle(fut, exc=exc)
 
     def close(self) -> None:
         self._q.put(None)
         self._thread.join(timeout=10)
 
 
+def _settle(fut: Future, result=None, exc: BaseException | None = None) -> None:
+    """Answer a waiting request; one whose client went away (its future cancelled) is skipped, so the
+    batcher thread never dies of it."""
+    try:
+        fut.set_exception(exc) if exc is not None else fut.set_result(result)
+    except InvalidStateError:
+        pass
+
+
 def _error(status: int, message: str, kind: str = "invalid_request_error") -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "type": kind}}, status_code=status)
+    headers = {"www-authenticate": "Bearer"} if status == 401 else None
+    return JSONResponse({"error": {"message": message, "type": kind}}, status_code=status, headers=headers)
 
 
-def _text(content) -> str:
-    """OpenAI content is a string or a list of parts; only text parts matter here."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
-    return ""
-
-
-def parse_request(body) -> tuple[list[dict], dict]:
-    """Validated messages and generation options, or ValueError with a message for the client."""
-    if not isinstance(body, dict):
-        raise ValueError("the body must be a JSON object with `model` and `messages`")
-    raw = body.get("messages")
-    if not isinstance(raw, list) or not raw:
-        raise ValueError("`messages` must be a non-empty list of {role, content} objects")
-    messages = []
-    for i, m in enumerate(raw):
-        if not isinstance(m, dict) or m.get("role") not in ("system", "user", "assistant", "developer", "tool"):
-            raise ValueError(f"messages[{i}]: needs a role of system, user, assistant (or developer, tool)")
-        role = "system" if m["role"] == "developer" else m["role"]
-        messages.append({"role": role, "content": _text(m.get("content"))})
-    if body.get("n", 1) not in (1, None):
-        raise ValueError("`n` > 1 is not supported: send the request n times")
-    stop = body.get("stop")
-    stop = [stop] if isinstance(stop, str) else (list(stop) if isinstance(stop, list) else None)
-    max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or 256
-    if not isinstance(max_tokens, int) or max_tokens < 1:
-        raise ValueError("`max_tokens` must be a positive integer")
-    temperature = body.get("temperature", 0.0)
-    if not isinstance(temperature, (int, float)) or temperature < 0:
-        raise ValueError("`temperature` must be a number >= 0")
-    return messages, {"max_tokens": max_tokens, "temperature": float(temperature or 0.0), "stop": stop,
-                      "seed": body.get("seed") if isinstance(body.get("seed"), int) else None}
+def resolve_scope(named: str | None, allowed: list[str] | None) -> str:
+    """The scope a request works in: the one it names, checked against its key's scopes (``allowed``;
+    None when the server has no keys), else the key's first, else "default"."""
+    if allowed is None:
+        return normalize_scope(named)
+    if named is None:
+        return allowed[0]
+    scope = normalize_scope(named)
+    if scope not in allowed:
+        raise Reject(403, f"this API key may not use scope {scope!r} (its scopes: {', '.join(allowed)})",
+                     "permission_error")
+    return scope
 
 
 def thread_id(scope: str, messages: list[dict]) -> str:
@@ -149,23 +170,42 @@ def thread_id(scope: str, messages: list[dict]) -> str:
 
 
 def build_app(service, backend, model_name: str, max_batch: int = 8, batch_wait_s: float = 0.005,
-              autoskill: bool = True) -> Starlette:
-    """``autoskill=False`` serves the bare backend through the same code path (for side-by-side benches)."""
+              autoskill: bool = True, keys: Keys | None = None, limits: Limits | None = None) -> Starlette:
+    """``autoskill=False`` serves the bare backend through the same code path (for side-by-side benches).
+    ``keys``: who may call and which scopes each reaches (None or empty: open, for loopback only).
+    ``limits``: per-request limits (default: the option defaults)."""
     batcher = Batcher(backend, max_batch, batch_wait_s)
+    limits = limits or Limits.from_options()
+
+    def authenticate(request: Request) -> list[str] | None:
+        """The key's scopes; None when the server has no keys (anyone may name any scope)."""
+        if not keys:
+            return None
+        token = bearer(request.headers.get("authorization"))
+        if token is None:
+            raise Reject(401, "this server needs an API key: send `Authorization: Bearer <key>`",
+                         "authentication_error")
+        scopes = keys.scopes_for(token)
+        if scopes is None:
+            raise Reject(401, "unknown API key", "authentication_error")
+        return scopes
+
+    async def admit(request: Request):
+        """Everything checked before any work: key, size, nesting, fields, scope, thread."""
+        allowed = authenticate(request)
+        chat_req = parse_request(load_json(await read_body(request, limits), limits), limits)
+        named = check_scope_name(request.headers.get("x-evolver-scope"), "X-Evolver-Scope") or chat_req.user
+        scope = resolve_scope(named, allowed)
+        thread = check_thread(request.headers.get("x-evolver-thread")) or thread_id(scope, chat_req.messages)
+        return chat_req, scope, thread
 
     async def chat(request: Request):
         started = time.perf_counter()
         try:
-            body = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return _error(400, "the body is not JSON: send {\"model\": ..., \"messages\": [...]}")
-        try:
-            messages, gen = parse_request(body)
-        except ValueError as exc:
-            return _error(400, str(exc))
-        scope = request.headers.get("x-evolver-scope") or body.get("user") or "default"
-        if not isinstance(scope, str):
-            return _error(400, "`user` must be a string (it selects the skill bank)")
+            chat_req, scope, thread = await admit(request)
+        except Reject as r:
+            return _error(r.status, r.message, r.kind)
+        messages = chat_req.messages
         conv_id = uuid.uuid4().hex
         injected, query, retrieval = [], "", None
         prompt = [Message(m["role"], m["content"]) for m in messages]
@@ -180,24 +220,27 @@ def build_app(service, backend, model_name: str, max_batch: int = 8, batch_wait_
             block = render_skills(retrieval.injected)
             if block:
                 prompt.insert(0, Message("system", block))
-        req = GenRequest(messages=prompt, **gen)
+        req = GenRequest(messages=prompt, **chat_req.gen)
         try:
             res: GenResult = await asyncio.wrap_future(batcher.submit(req))
         except BackendError as exc:
             return _error(503, f"backend unavailable: {exc}", "server_error")
+        except Exception as exc:  # this request broke the backend; the batcher kept it from the others
+            print(f"evolver serve: the backend raised on request {conv_id}:\n{traceback.format_exc(limit=5)}",
+                  file=sys.stderr)
+            return _error(500, f"the backend failed on this request ({type(exc).__name__}); "
+                               "no other request was affected", "server_error")
         if res.error:
             return _error(502, f"the backend failed on this request: {res.error}", "server_error")
         latency = time.perf_counter() - started
-        thread = request.headers.get("x-evolver-thread") or thread_id(scope, messages)
         after = BackgroundTask(_after, service, conv_id, thread, scope, model_name, messages, res.text, retrieval,
                                latency) if autoskill else None
         usage = {"prompt_tokens": res.prompt_tokens, "completion_tokens": res.completion_tokens,
                  "total_tokens": res.prompt_tokens + res.completion_tokens}
         extra = {"scope": scope, "skills": injected, "query": query}
         headers = {"x-evolver-conversation": conv_id, "x-evolver-skills": ",".join(injected)}
-        if body.get("stream"):
-            include = bool((body.get("stream_options") or {}).get("include_usage"))
-            return StreamingResponse(_chunks(conv_id, model_name, res.text, usage if include else None),
+        if chat_req.stream:
+            return StreamingResponse(_chunks(conv_id, model_name, res.text, usage if chat_req.include_usage else None),
                                      media_type="text/event-stream", headers=headers, background=after)
         return JSONResponse({"id": f"chatcmpl-{conv_id}", "object": "chat.completion", "created": int(time.time()),
                              "model": model_name, "choices": [{"index": 0, "finish_reason": "stop",
@@ -205,6 +248,10 @@ def build_app(service, backend, model_name: str, max_batch: int = 8, batch_wait_
                              "usage": usage, "evolver": extra}, headers=headers, background=after)
 
     async def models(request: Request):
+        try:
+            authenticate(request)
+        except Reject as r:
+            return _error(r.status, r.message, r.kind)
         return JSONResponse({"object": "list", "data": [{"id": model_name, "object": "model", "owned_by": "evolver"}]})
 
     async def health(request: Request):
@@ -214,17 +261,24 @@ def build_app(service, backend, model_name: str, max_batch: int = 8, batch_wait_
         if not autoskill:
             return _error(404, "feedback needs the skill layer: this server runs with --bare")
         try:
-            body = await request.json()
-            cid, score = str(body["conversation_id"]).removeprefix("chatcmpl-"), float(body["score"])
-        except (KeyError, TypeError, ValueError, json.JSONDecodeError):
-            return _error(400, "send {\"conversation_id\": <id from the response>, \"score\": <number>}")
-        found = await asyncio.to_thread(records.set_feedback, service.store, cid, score)
+            allowed = authenticate(request)
+            cid, score = parse_feedback(load_json(await read_body(request, limits), limits))
+        except Reject as r:
+            return _error(r.status, r.message, r.kind)
+        # A key scores only conversations of its scopes; another's reads as not found (its id is no oracle).
+        found = await asyncio.to_thread(records.set_feedback, service.store, cid, score, allowed)
         return JSONResponse({"ok": found}, status_code=200 if found else 404)
+
+    async def internal(request: Request, exc: Exception):
+        """A bug, not the client's fault: a JSON 500 without the traceback (that goes to the server's log)."""
+        return _error(500, f"internal error ({type(exc).__name__}); the server log has the details", "server_error")
 
     app = Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"]),
                             Route("/v1/models", models), Route("/health", health),
-                            Route("/v1/autoskill/feedback", feedback, methods=["POST"])])
+                            Route("/v1/autoskill/feedback", feedback, methods=["POST"])],
+                    exception_handlers={Exception: internal})
     app.state.batcher = batcher
+    app.state.keys = keys
     return app
 
 
@@ -281,6 +335,7 @@ class Server:
     def __init__(self, app, host: str = "127.0.0.1", port: int = 8000):
         import uvicorn
 
+        check_exposure(host, getattr(app.state, "keys", None))  # an open server listens on loopback only
         self.sock = bind(host, port)
         self.host, self.port = host, self.sock.getsockname()[1]
         self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False))

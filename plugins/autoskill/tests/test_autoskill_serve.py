@@ -1,4 +1,5 @@
 """`evolver serve` on localhost, driven by the official openai client and by the core's openai backend."""
+import json
 import os
 import signal
 import subprocess
@@ -200,3 +201,24 @@ def test_a_failing_skill_layer_still_answers(served, monkeypatch, capsys):
     resp = client.chat.completions.create(model="m", user="alice", messages=[{"role": "user", "content": ASK}])
     assert resp.choices[0].message.content == "hey, heating broken" and resp.model_extra["evolver"]["skills"] == []
     assert "answering without skills" in capsys.readouterr().err
+
+
+def test_evolver_serve_with_a_keys_file_admits_only_its_keys(tmp_path):
+    keys = tmp_path / "keys.toml"
+    keys.write_text('"ana-key-0123456789abcdef" = ["ana"]\n')
+    keys.chmod(0o600)
+    proc, url = start_cli(tmp_path, "--set", f"plugins.autoskill.keys_file={json.dumps(str(keys))}",
+                          "--set", "plugins.autoskill.max_request_tokens=64")
+    try:
+        ask = [{"role": "user", "content": "Answer with the word: apple"}]
+        assert httpx.post(url + "/chat/completions", json={"messages": ask}).status_code == 401
+        client = OpenAI(base_url=url, api_key="ana-key-0123456789abcdef")
+        resp = client.chat.completions.create(model="toyrule", messages=ask)
+        assert resp.choices[0].message.content == "apple" and resp.model_extra["evolver"]["scope"] == "ana"
+        r = httpx.post(url + "/chat/completions", json={"messages": ask, "max_tokens": 65},
+                       headers={"Authorization": "Bearer ana-key-0123456789abcdef"})
+        assert r.status_code == 400 and "plugins.autoskill.max_request_tokens" in r.json()["error"]["message"]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        rest = proc.communicate(timeout=30)[0]
+    assert proc.returncode == 0, rest

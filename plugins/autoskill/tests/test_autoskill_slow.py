@@ -28,7 +28,7 @@ def test_minilm_retrieves_by_meaning_where_words_do_not_overlap():
 def test_serve_in_front_of_the_embedded_model(tmp_path):
     from openai import OpenAI
 
-    from evolver.backends.transformers_backend import TransformersBackend
+    from evolver_transformers.backend import TransformersBackend
     from evolver.store import Store
     from evolver_autoskill import records
     from evolver_autoskill.bank import SkillBank

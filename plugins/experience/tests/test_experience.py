@@ -17,7 +17,7 @@ def run_cli(tmp_path, tiny_dir, monkeypatch, *extra, demos=True):
     from evolver import plugins
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("EVOLVER_PLUGINS", "grpo,skillrl,experience")
+    monkeypatch.setenv("EVOLVER_PLUGINS", "transformers,grpo,skillrl,experience")
     plugins.reset()
     roles = ("executor", "proposer", "builder", "judge")
     args = ["--plugin", str(HERE / "demobench.py"), "--store", str(tmp_path / "store"),

@@ -109,7 +109,7 @@ def make_engine(run, name: str | None = None):
         return TransformersEngine(inner)
     if kind == "vllm":
         rc = run.config.role("executor")
-        from evolver import embedded_model_dir
+        from evolver_transformers.embedded import embedded_model_dir
 
         return VLLMEngine(inner, rc.model or str(embedded_model_dir()))
     raise EvolverError(f"no rollout engine for backend {kind!r}: GRPO trains a local model, so set "

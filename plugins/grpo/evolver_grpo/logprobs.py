@@ -21,7 +21,8 @@ import inspect
 import torch
 from transformers import DynamicCache
 
-from evolver import length_groups, use_autocast
+from evolver_transformers.precision import use_autocast
+from evolver_transformers.prefix_cache import length_groups
 
 
 def split_model(model):
@@ -145,7 +146,7 @@ def completion_logprobs(model, prompts: list[list[int]], completions: list[list[
     in sample order (and the next-token entropies at the same positions if ``with_entropy``).
 
     ``autocast``: run under bf16 autocast (``None``/``"auto"``: where the device computes bf16
-    natively, ``evolver.backends.precision``). ``share``: samples sharing a prompt prefix of at least
+    natively, ``evolver_transformers.precision``). ``share``: samples sharing a prompt prefix of at least
     this many tokens run it once (0: every sample in its own row). ``detach_prompt``: the prompts' keys
     and values are computed without a graph (:func:`_picked_detached`; the log-probs are the same, the
     gradients reach only what the completion computes). Gradients flow when called outside ``no_grad``."""

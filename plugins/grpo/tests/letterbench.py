@@ -54,11 +54,11 @@ def register_benchmarks(register):
 
 def cli_args(tmp_path, model_dir, monkeypatch) -> list[str]:
     """`evolver` arguments for a workspace in ``tmp_path`` playing this benchmark with ``model_dir`` in
-    every role, the grpo plugin loaded (and only it)."""
+    every role, the grpo plugin and the engine it trains (transformers) loaded, and only they."""
     from evolver import plugins
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("EVOLVER_PLUGINS", "grpo")
+    monkeypatch.setenv("EVOLVER_PLUGINS", "transformers,grpo")
     plugins.reset()
     roles = ("executor", "proposer", "builder", "judge")
     return ["--plugin", __file__, "--store", str(tmp_path / "store"), "--set=benchmark=letters",

@@ -22,9 +22,10 @@ for p in (HERE, ROOT / "tests"):
 
 @pytest.fixture(autouse=True)
 def fresh_plugins(monkeypatch, tmp_path):
-    """Installed plugins stay out (SKILLRL is registered explicitly); a clean plugin manager per test."""
+    """Installed plugins stay out but the engine the trainers run on (SKILLRL is registered explicitly);
+    a clean plugin manager per test."""
     monkeypatch.setenv("EVOLVER_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("EVOLVER_PLUGINS", "")
+    monkeypatch.setenv("EVOLVER_PLUGINS", "transformers")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     plugins.reset()
     yield

@@ -174,7 +174,7 @@ def test_cli_train_sft(tmp_path, tiny_dir, monkeypatch):
     from evolver.cli import cli
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("EVOLVER_PLUGINS", "skillrl")
+    monkeypatch.setenv("EVOLVER_PLUGINS", "transformers,skillrl")
     plugins.reset()
     roles = ("executor", "proposer", "builder", "judge")
     args = ["--plugin", str(HERE / "skillrl_pathbench.py"), "--store", str(tmp_path / "store"),

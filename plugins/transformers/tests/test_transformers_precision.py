@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from evolver.backends import precision
-from evolver.backends.precision import bf16_native, use_autocast
+from evolver_transformers import precision
+from evolver_transformers.precision import bf16_native, use_autocast
 from tinymodel import build_tiny_model
 
 CPU = torch.device("cpu")
@@ -39,8 +39,8 @@ def test_explicit_choices_win_over_the_hardware(cpu_with):
 
 
 def test_the_backend_runs_fp32_on_a_cpu_without_bf16_and_autocasts_with_it(cpu_with, tiny_model_dir):
-    from evolver.backends.bf16_weights import Bf16CachedLinear
-    from evolver.backends.transformers_backend import TransformersBackend
+    from evolver_transformers.bf16_weights import Bf16CachedLinear
+    from evolver_transformers.backend import TransformersBackend
 
     cpu_with(False, False)
     plain = TransformersBackend(model=str(tiny_model_dir), device="cpu")
@@ -53,7 +53,7 @@ def test_the_backend_runs_fp32_on_a_cpu_without_bf16_and_autocasts_with_it(cpu_w
 def test_training_log_probs_resolve_auto_the_same_way(cpu_with, tiny_model_dir, monkeypatch):
     from transformers import AutoModelForCausalLM
 
-    from evolver_grpo.logprobs import completion_logprobs
+    completion_logprobs = pytest.importorskip("evolver_grpo.logprobs").completion_logprobs  # the GRPO plugin's
 
     model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32).eval()
     seen = []

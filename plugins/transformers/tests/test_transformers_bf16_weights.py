@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from evolver.backends.bf16_weights import Bf16CachedLinear, keep_bf16_weights
+from evolver_transformers.bf16_weights import Bf16CachedLinear, keep_bf16_weights
 from tinymodel import build_tiny_model
 
 
@@ -94,7 +94,7 @@ def test_a_deep_copy_uses_its_own_weights():
 def test_the_backend_model_matches_plain_autocast(tiny_model_dir, logits_to_keep):
     from transformers import AutoModelForCausalLM
 
-    from evolver.backends.transformers_backend import TransformersBackend
+    from evolver_transformers.backend import TransformersBackend
 
     b = TransformersBackend(model=str(tiny_model_dir), dtype="bf16")
     assert isinstance(b.hf_model.lm_head, Bf16CachedLinear)

@@ -37,16 +37,14 @@ from typing import Any, Mapping
 
 import torch
 
-from evolver.backends.attention import use_gqa_sdpa
-from evolver.backends.base import Backend, render_plain
-from evolver.backends.bf16_weights import keep_bf16_weights
-from evolver.backends.choice_scoring import ChoiceScoring, token_logprobs
-from evolver.backends.precision import CHOICES, use_autocast
-from evolver.backends.drafts import OptionDrafts, PromptLookup
-from evolver.backends.prefix_cache import PrefixCache
-from evolver.backends.embedded import fingerprint, resolve_model, state_hash
-from evolver.errors import BackendError
-from evolver.types import GenRequest, GenResult, Message
+from evolver import Backend, BackendError, GenRequest, GenResult, Message, render_plain
+from evolver_transformers.attention import use_gqa_sdpa
+from evolver_transformers.bf16_weights import keep_bf16_weights
+from evolver_transformers.choice_scoring import ChoiceScoring, token_logprobs
+from evolver_transformers.drafts import OptionDrafts, PromptLookup
+from evolver_transformers.embedded import fingerprint, resolve_model, state_hash
+from evolver_transformers.precision import CHOICES, use_autocast
+from evolver_transformers.prefix_cache import PrefixCache
 
 log = logging.getLogger(__name__)
 

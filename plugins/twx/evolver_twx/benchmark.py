@@ -43,9 +43,7 @@ import shutil
 import threading
 import weakref
 
-from evolver.benchmarks.base import SPLITS, Benchmark, Env
-from evolver.errors import BenchmarkError, UnknownNameError
-from evolver.types import Observation, Task
+from evolver import SPLITS, Benchmark, BenchmarkError, Env, Observation, Task, UnknownNameError
 
 JAVA_MISSING = ("Java 17 not found: install a JRE (apt-get install openjdk-17-jre-headless) "
                 "or use --benchmark basic")

@@ -1,4 +1,4 @@
-"""Choosing among options by likelihood, for :class:`evolver.backends.transformers_backend.TransformersBackend`.
+"""Choosing among options by likelihood, for :class:`evolver_transformers.backend.TransformersBackend`.
 
 A choice's score is the mean log-prob per option token. The prompt and every option are packed into
 ONE sequence with a 4-D attention mask: prompt tokens attend causally to the prompt, each option's
@@ -15,9 +15,8 @@ import time
 
 import torch
 
-from evolver.backends.prefix_cache import row_kv, split_by_length
-from evolver.errors import BackendError
-from evolver.types import ChoiceRequest, ChoiceResult
+from evolver import BackendError, ChoiceRequest, ChoiceResult
+from evolver_transformers.prefix_cache import row_kv, split_by_length
 
 
 class ChoiceScoring:

@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("vllm")
 
-from evolver.types import ChoiceRequest, GenRequest, Message  # noqa: E402
+from evolver import ChoiceRequest, GenRequest, Message  # noqa: E402
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 REAL_HOME = os.environ.get("EVOLVER_HOME") or str(Path.home() / ".cache" / "evolver")
@@ -18,7 +18,7 @@ Q = [Message("user", "What is the capital of France? Answer with the city name o
 
 @pytest.fixture(scope="module")
 def backend():
-    from evolver.backends.vllm_backend import VLLMBackend
+    from evolver_vllm.backend import VLLMBackend
 
     mp = pytest.MonkeyPatch()
     mp.setenv("EVOLVER_HOME", REAL_HOME)
@@ -52,7 +52,7 @@ def test_choose_picks_paris(backend):
 def test_load_weights_round_trip(backend):
     from safetensors.torch import load_file
 
-    from evolver.backends.embedded import cached_model_dir
+    from evolver_transformers.embedded import cached_model_dir
 
     state = load_file(str(cached_model_dir() / "model.safetensors"))
     before = backend.generate([GenRequest(Q, max_tokens=8)])[0].text
