@@ -53,16 +53,16 @@ def evolver(store: Path, *args: str) -> tuple[float, str]:
 
 
 def latest_eval(store: Path) -> dict:
-    """The newest `evolver eval` evaluation: its program, score, success rate and per-category scores."""
+    """The newest `evolver eval` evaluation: its program, score, success rate and per-category scores. Read
+    from the evaluation row, not the run's episodes: episodes a run already played come from the cache
+    and are not stored again under the eval's run."""
     with duckdb.connect(str(store / DB_FILE), read_only=True) as db:
-        run, program = db.execute("SELECT run_id, program_id FROM evaluations WHERE run_id LIKE 'eval-%' "
-                                  "ORDER BY created_at DESC LIMIT 1").fetchone()
-        rows = db.execute("SELECT category, avg(score), avg(CASE WHEN won THEN 1 ELSE 0 END), count(*) "
-                          "FROM episodes WHERE run_id = ? GROUP BY 1 ORDER BY 1", [run]).fetchall()
-    n = sum(r[3] for r in rows)
-    return {"program": program, "episodes": n,
-            "score": sum(r[1] * r[3] for r in rows) / n, "won": sum(r[2] * r[3] for r in rows) / n,
-            "per_category": {r[0]: round(r[1], 3) for r in rows}}
+        program, score, won, n, per_category = db.execute(
+            "SELECT program_id, score, success, n, per_category FROM evaluations WHERE run_id LIKE 'eval-%' "
+            "ORDER BY created_at DESC LIMIT 1").fetchone()
+    per_category = json.loads(per_category) if isinstance(per_category, str) else per_category
+    return {"program": program, "episodes": n, "score": score, "won": won,
+            "per_category": {k: round(float(v), 3) for k, v in sorted((per_category or {}).items())}}
 
 
 def lineage(store: Path, run_id: str, program: str) -> list[dict]:
