@@ -1,3 +1,4 @@
+"""Shared by every test, core and plugins alike (a conftest under tests/ would not reach plugins/*/tests)."""
 import importlib.metadata
 import os
 
