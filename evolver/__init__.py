@@ -24,12 +24,14 @@ _API: dict[str, str] = {
                     "evolver.types"),
     # -- errors: a plugin raises these for what a user can fix; the CLI prints them without a traceback
     **dict.fromkeys(["EvolverError", "ConfigError", "PluginError", "UnknownNameError", "SkillError",
-                     "StoreLockedError", "QueryError", "ProgramRepoError", "BackendError", "BenchmarkError"],
+                     "StoreLockedError", "StoreIOError", "QueryError", "ProgramRepoError", "RepoDamagedError",
+                     "BackendError", "BenchmarkError"],
                     "evolver.errors"),
     # -- the interfaces registered objects implement
     **dict.fromkeys(["Backend", "render_plain"], "evolver.backends.base"),
     "SampledBackend": "evolver.backends.sampling",
     **dict.fromkeys(["Benchmark", "Env", "SPLITS"], "evolver.benchmarks.base"),
+    **dict.fromkeys(["EnvPool", "PooledEnv"], "evolver.envpool"),  # simulators with one episode per process
     **dict.fromkeys(["Proposer", "ProposeContext", "Draft"], "evolver.proposers"),
     "Trainer": "evolver.trainers",
     **dict.fromkeys(["HARNESS_INTERFACE", "Action", "ProgramContext", "program_context", "SEED_DIR"],

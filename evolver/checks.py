@@ -48,7 +48,7 @@ def check_harness_import(root: Path, timeout_s: float = 30) -> str:
             f"cls = load_harness_class({str(root)!r}); "
             "missing = [m for m in ('start', 'next_call', 'parse', 'observe') if not hasattr(cls, m)]; "
             "print('missing', missing) if missing else None; sys.exit(3 if missing else 0)")
-    res = run_python(code, timeout_s=timeout_s, memory_mb=2048)
+    res = run_python(code, timeout_s=timeout_s, memory_mb=2048, visible=[Path(root)])
     if res.timed_out:
         return f"harness import timed out after {timeout_s:.0f}s"
     if res.memory_exceeded:

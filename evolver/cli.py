@@ -1,6 +1,7 @@
 """The ``evolver`` command line. Commands are thin: the logic lives in the core modules."""
 from __future__ import annotations
 
+import errno
 import json
 import sys
 import time
@@ -34,13 +35,25 @@ class EvolverGroup(click.Group):
         except EvolverError as exc:
             click.secho(f"error: {exc}", fg="red", err=True)
             sys.exit(2)
+        except OSError as exc:
+            if exc.errno not in _DISK_FULL:
+                raise
+            where = f" writing {exc.filename}" if exc.filename else ""
+            click.secho(f"error: the disk is full or over a quota{where} ({exc.strerror}). Free space there (or "
+                        "choose a --store on a bigger disk); what was recorded before stays, and `evolver run "
+                        "--resume` continues a run where it stopped", fg="red", err=True)
+            sys.exit(2)
+
+
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
 @click.group(cls=EvolverGroup)
 @click.option("--config", "config_path", default="evolver.toml", show_default=True, help="Configuration file.")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a config key (repeatable).")
 @click.option("--store", default=None, help="Workspace folder (default: the config's, 'store').")
-@click.option("--plugin", "plugin_paths", multiple=True, type=click.Path(), help="Load a plugin from a file or folder.")
+@click.option("--plugin", "plugin_paths", multiple=True, type=click.Path(),
+              help="Load a plugin from a file or folder (docs/plugins.md says what a folder loads).")
 @click.version_option(package_name="evolver")
 @click.pass_context
 def cli(ctx, config_path, overrides, store, plugin_paths):
@@ -77,7 +90,7 @@ def init(obj: Ctx, force):
 @click.option("--benchmark", default=None, help="Benchmark (default: the config's).")
 @click.option("--suite", default=None, help="Benchmark suite option, e.g. twx-easy.")
 @click.option("--split", type=click.Choice(["train", "dev", "test"]), default="dev", show_default=True)
-@click.option("--per-category", type=int, default=2, show_default=True, help="Tasks per category.")
+@click.option("--per-category", type=int, default=2, show_default=True, help="Tasks per category (at least 1).")
 @click.option("--program", "program_ref", default="best", show_default=True,
               help="Program id, tag or commit (falls back to the seed when there is no 'best' yet).")
 @click.option("--backend", default=None, help="Executor backend (default: the config's).")
@@ -98,11 +111,11 @@ def eval_cmd(obj: Ctx, benchmark, suite, split, per_category, program_ref, backe
     bad = [m for m in modes if m not in CONDITIONS]
     if bad or not modes:
         raise EvolverError(f"--skills {skills_modes!r}: choose from {', '.join(CONDITIONS)} (comma-separated)")
+    if per_category < 1:
+        raise EvolverError(f"--per-category {per_category}: play at least 1 task per category")
     extra = []
-    if benchmark:
+    if benchmark:  # another benchmark than the config's starts without the config's benchmark_options
         extra.append(f"benchmark={json.dumps(benchmark)}")
-        if benchmark != "twx" and not suite:
-            extra.append("benchmark_options={}")
     if suite:
         extra.append(f"benchmark_options.suite={json.dumps(suite)}")
     if backend:
@@ -110,6 +123,7 @@ def eval_cmd(obj: Ctx, benchmark, suite, split, per_category, program_ref, backe
     if model:
         extra.append(f"roles.executor.model={json.dumps(model)}")
     config = obj.config(extra + list(overrides))
+    plugins.check_benchmark(config.benchmark, config.benchmark_options)  # before the run is recorded
     repo = ProgramRepo(Path(config.store))  # the program decides the model, so the config, before the run
     checkpoint = None if model else program_checkpoint(repo, program_ref, config)
     if checkpoint:  # a trained program carries its weights: play it with them
@@ -217,6 +231,7 @@ def train(obj: Ctx, trainer_name, steps, program_ref, resume, overrides, **train
         extra.append(f"plugins.{trainer_name}.program={json.dumps(program_ref)}")
     config = obj.config(extra + list(overrides))
     entry = plugins.get("trainer", trainer_name)
+    plugins.check_benchmark(config.benchmark, config.benchmark_options)  # the tasks it trains on, before the run
     started = time.perf_counter()
     unfinished = {"status": ("running", "failed"), "prefix": "train-"}
     with open_run(config, "train-" + time.strftime("%Y%m%d-%H%M%S"), resume=unfinished if resume else None,
@@ -231,7 +246,10 @@ def train(obj: Ctx, trainer_name, steps, program_ref, resume, overrides, **train
             trainer = entry.factory(run, run.config.plugins.get(trainer_name, {}), progress=progress)
             summary = trainer.train(resume=True) if resume else trainer.train()
         except BaseException:
-            store.update_run(run.id, status="failed")
+            try:
+                store.update_run(run.id, status="failed")
+            except Exception:  # the store itself failed (a full disk): the run stays "running", and resumes too
+                pass
             raise
         store.update_run(run.id, status="finished", summary={
             k: v for k, v in summary.items() if k != "history"} | {"wall_s": time.perf_counter() - started})
@@ -261,6 +279,11 @@ def run(obj: Ctx, resume, proposer_names, iterations, overrides):
     if iterations is not None:
         extra.append(f"loop.iterations={iterations}")
     config = obj.config(extra + list(overrides))
+    from evolver.sandbox import SandboxUnavailable, check_sandbox
+    try:  # candidate code will run: refuse now, not after the seed has played, if it cannot be isolated
+        check_sandbox()
+    except SandboxUnavailable as exc:
+        raise EvolverError(str(exc)) from None
     # A killed run is still "running"; one that stopped on an error is "failed": both resume, with any
     # --set given now correcting the config they recorded.
     unfinished = {"status": ("running", "failed"), "pattern": LOOP_RUN_ID}
@@ -272,8 +295,15 @@ def run(obj: Ctx, resume, proposer_names, iterations, overrides):
                 r.console, r.ui = ui.console, ui
                 summary = run_loop(r)
         except Exception as exc:
-            if r.store.get_run(r.id) is not None:
-                r.store.update_run(r.id, status="failed", summary={"error": f"{type(exc).__name__}: {exc}"[:4000]})
+            recorded = True
+            try:
+                recorded = r.store.get_run(r.id) is not None
+                if recorded:
+                    r.store.update_run(r.id, status="failed",
+                                       summary={"error": f"{type(exc).__name__}: {exc}"[:4000]})
+            except Exception:  # the store itself failed (a full disk): the run stays "running", and resumes too
+                pass
+            if recorded:
                 click.secho(f"run {r.id} stopped: fix the cause, then `evolver run --resume` "
                             "(--set KEY=VALUE corrects its config)", fg="yellow", err=True)
             raise
@@ -291,12 +321,16 @@ def run(obj: Ctx, resume, proposer_names, iterations, overrides):
 
 @cli.command(name="plugins")
 def plugins_cmd():
-    """List plugins with their versions, hooks and what they provide."""
+    """List plugins with their versions, hooks and what they provide, each with its description."""
     for row in plugins.describe():
         click.echo(f"{row['name']}  [{row['package']} {row['version']}]")
         click.echo(f"    hooks: {', '.join(row['hooks'])}")
         if row["provides"]:
-            click.echo(f"    provides: {', '.join(row['provides'])}")
+            click.echo("    provides:")
+            width = max(len(p) for p in row["provides"])
+            for provided in row["provides"]:
+                described = row["descriptions"].get(provided) or ""
+                click.echo(f"      {provided:<{width}}  {described}".rstrip())
 
 
 cli.add_command(programs)

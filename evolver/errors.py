@@ -45,6 +45,15 @@ class ProgramRepoError(EvolverError):
     """A git operation on the program repository failed, or a program reference does not resolve."""
 
 
+class RepoDamagedError(ProgramRepoError):
+    """The program repository cannot be used safely (a broken object, or no space left to write one): a run
+    stops, and resumes once the cause is fixed."""
+
+
+class StoreIOError(EvolverError):
+    """The store's file cannot be read or written: it is damaged, or its disk is full. A run stops."""
+
+
 class BackendError(EvolverError):
     """A systemic backend failure (cannot load the model, server unreachable after retries)."""
 

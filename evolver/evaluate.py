@@ -52,9 +52,10 @@ class Job:
 class _Live:
     """One episode in flight."""
 
-    def __init__(self, episode: Episode, ctx: ProgramContext, harness, max_steps: int, key=None, backend=None):
+    def __init__(self, episode: Episode, ctx: ProgramContext, harness, max_steps: int, key=None, backend=None,
+                 monitor=None):
         self.episode, self.ctx, self.harness, self.max_steps, self.key = episode, ctx, harness, max_steps, key
-        self.backend = backend
+        self.backend, self.monitor = backend, monitor
         self.env, self.state, self.obs = None, None, Observation("", done=True)
         self.started = time.perf_counter()
         self.request = None
@@ -70,43 +71,62 @@ def evaluate_many(jobs: list, benchmark, backend, *, seed: int = 0,
                   purpose: str = "eval", store=None, run=None, max_live: int = 32, use_cache: bool = True,
                   progress: Callable[[int, int], None] | None = None,
                   on_episode: Callable[[Episode], None] | None = None,
-                  harness_factory: Callable[[ProgramContext], Any] | None = None) -> list[list[Episode]]:
+                  harness_factory: Callable[[ProgramContext], Any] | None = None,
+                  step_monitor=None) -> list[list[Episode]]:
     """Play several programs' tasks at once, in one lockstep, so candidates share every batch.
 
     A job is a :class:`Job` or a ``(ctx, tasks)`` / ``(ctx, tasks, seed)`` tuple.
-    ``harness_factory(ctx)`` builds a job's harness (default: the program's harness imported in this
-    process; the loop passes :class:`evolver.harness_sandbox.SandboxedHarness` for smoke episodes). It is
-    called only for jobs with episodes left to play.
+    ``harness_factory(ctx)`` builds a job's harness. By default, with a ``run`` whose config has
+    ``loop.sandbox_harness`` (the default), each job's harness runs in its own sandboxed process
+    (:class:`evolver.harness_sandbox.SandboxedHarness`), closed when the call returns: every stage that
+    plays a candidate (rollouts, smoke, dev, test, trainers, verifiers) keeps its code out of this
+    process. Without a run, the harness is imported here (trusted code: tests, the seed). It is called
+    only for jobs with episodes left to play.
+
+    ``step_monitor`` (:class:`evolver.monitor.StepMonitor`; default: the run's ``loop.monitor``) checks
+    every action and tool call before it runs; a confirmed hack is blocked and answered with
+    :data:`evolver.monitor.BLOCKED`, its verdict kept on the step, and the episode goes on.
 
     Returns one list of episodes per job, in task order. Cached episodes (same program content,
     task, model and seed) are returned from the store instead of being played again.
     """
+    if harness_factory is None and _sandboxes(run):
+        with _sandboxed_harnesses(run) as factory:
+            return evaluate_many(jobs, benchmark, backend, seed=seed, purpose=purpose, store=store, run=run,
+                                 max_live=max_live, use_cache=use_cache, progress=progress,
+                                 on_episode=on_episode, harness_factory=factory, step_monitor=step_monitor)
+    if step_monitor is None:
+        from evolver.monitor import step_monitor as run_monitor
+        step_monitor = run_monitor(run)
     jobs = [Job.of(job) for job in jobs]
     backends = [job.backend or backend for job in jobs]
+    max_steps = getattr(benchmark, "max_steps", 1) or 1
     run_id = getattr(run, "id", "") or ""
     slots: list[tuple[int, int, Episode]] = []  # (job, index, template)
     for j, job in enumerate(jobs):
         p = job.ctx.program
         slots += [(j, i, Episode(task=t, program_id=p.id, program_hash=p.hash, model=backends[j].model,
-                                 seed=seed if job.seed is None else job.seed,
-                                 run_id=run_id, purpose=job.purpose or purpose)) for i, t in enumerate(job.tasks)]
+                                 seed=seed if job.seed is None else job.seed, run_id=run_id,
+                                 purpose=job.purpose or purpose, max_steps=t.max_steps or max_steps))
+                  for i, t in enumerate(job.tasks)]
     results: dict[tuple[int, int], Episode] = {}
     if store is not None and use_cache:
         found = store.cached([e.cache_key for _, _, e in slots])
         for j, i, e in slots:
             if e.cache_key in found:
                 # Same content under another name: count it for this program too.
-                results[(j, i)] = dataclasses.replace(found[e.cache_key], program_id=e.program_id)
+                results[(j, i)] = dataclasses.replace(found[e.cache_key], program_id=e.program_id, max_steps=e.max_steps)
     total = len(slots)
     if progress:
         progress(len(results), total)
     for key, e in results.items():
         _emit(run, e, on_episode)
-    max_steps = getattr(benchmark, "max_steps", 1) or 1
     pending = [(j, i, e) for j, i, e in slots if (j, i) not in results]
     playing = {j for j, _, _ in pending}
     harnesses = [_try_harness(job.ctx, harness_factory) if j in playing else None for j, job in enumerate(jobs)]
-    lives = (_Live(e, jobs[j].ctx, harnesses[j], max_steps, key=(j, i), backend=backends[j]) for j, i, e in pending)
+    lives = (_Live(e, jobs[j].ctx, harnesses[j], e.max_steps, key=(j, i), backend=backends[j],
+                   monitor=step_monitor) for j, i, e in pending)
+    max_live = min(max_live, getattr(benchmark, "max_live", None) or max_live)
 
     def finished(done: list[_Live]) -> None:
         if store is not None:
@@ -118,6 +138,27 @@ def evaluate_many(jobs: list, benchmark, backend, *, seed: int = 0,
             progress(len(results), total)
     _play(lives, benchmark, max_live, finished)
     return [[results[(j, i)] for i in range(len(job.tasks))] for j, job in enumerate(jobs)]
+
+
+def _sandboxes(run) -> bool:
+    loop = getattr(getattr(run, "config", None), "loop", None)
+    return bool(getattr(loop, "sandbox_harness", False))
+
+
+@contextlib.contextmanager
+def _sandboxed_harnesses(run):
+    """A harness factory that starts one sandboxed harness process per job, all closed on exit."""
+    from evolver.harness_sandbox import SandboxedHarness
+    opened: list = []
+
+    def factory(ctx: ProgramContext):
+        opened.append(SandboxedHarness(ctx, memory_mb=run.config.loop.harness_memory_mb))
+        return opened[-1]
+    try:
+        yield factory
+    finally:
+        for harness in opened:
+            harness.close()
 
 
 HARNESS_CALL_S = 10.0  # one harness call (not the model's): far above what any sane harness needs
@@ -255,7 +296,8 @@ def _start(lv: _Live, benchmark) -> None:
         lv.env = benchmark.env(lv.episode.task)
         lv.obs = lv.env.reset()
         with harness_deadline():
-            lv.state = lv.harness.start(task_for_harness(lv.episode.task), lv.obs)
+            lv.state = lv.harness.start(task_for_harness(lv.episode.task, getattr(benchmark, "harness_hints", None)),
+                                        lv.obs)
     except BenchmarkError:
         raise
     except Exception as exc:
@@ -308,8 +350,17 @@ def _act(lv: _Live, answer, latency: float) -> None:
     step.output = action.output or getattr(answer, "text", "")
     if isinstance(request, ChoiceRequest):
         step.output = step.output or "(no choice)"
+    verdict = lv.monitor.check(action.env_action or "", action.tool, action.args) if lv.monitor else None
+    step.monitor = verdict
     try:
-        if action.tool:
+        if verdict and verdict["blocked"]:  # not run: dummy output, and the episode goes on
+            from evolver.monitor import BLOCKED
+            step.observation = BLOCKED
+            if action.tool:
+                step.tool_calls = [{"tool": action.tool, "args": action.args, "result": BLOCKED}]
+            else:
+                step.action, step.reward = action.env_action or "", lv.obs.score
+        elif action.tool:
             text = run_tool(lv.ctx, action)
             step.tool_calls = [{"tool": action.tool, "args": action.args, "result": text[:2000]}]
             step.observation = text

@@ -1,12 +1,13 @@
 """A candidate's harness run in a sandboxed subprocess, behind a proxy with the harness interface.
 
-Candidate harness code is untrusted: it may loop forever, exhaust memory, open sockets or write files. The
-smoke episode of every candidate (``evolver.loop._check``) therefore runs it here: :class:`SandboxedHarness`
-is what the evaluator drives, and it forwards ``start / next_call / parse / observe`` as JSON lines to a
+Candidate harness code is untrusted: it may loop forever, exhaust memory, open sockets or write files. Every
+stage that plays a program with a run (``evolver.evaluate.evaluate_many``: rollouts, smoke, dev, test,
+trainers, verifiers) therefore runs it here: :class:`SandboxedHarness` is what the evaluator drives, and it forwards ``start / next_call / parse / observe`` as JSON lines to a
 child process that imported the candidate's ``harness/harness.py`` under :mod:`evolver.sandbox` (memory
-limit, no network, read-only file system). The environment and the model stay in the evaluator, so the
-child never holds the backend, the benchmark or a task's gold answer; the harness's per-episode state stays
-in the child and the evaluator only sees a handle for it.
+and process limits, no network, a read-only view of its own program folder, the interpreter and the
+``evolver`` package only: not the workspace, its store or the benchmark's code). The environment and the
+model stay in the evaluator, so the child never holds the backend, the benchmark or a task's gold answer;
+the harness's per-episode state stays in the child and the evaluator only sees a handle for it.
 
 What the harness asks of its :class:`~evolver.harness.ProgramContext` (``select_skills``,
 ``count_tokens``, ``run_skill``) is answered by the evaluator while the call is in progress, so skill selection goes
@@ -99,7 +100,8 @@ class SandboxedHarness:
         self._buffer = b""
         program = json.dumps(dataclasses.asdict(ctx.program), default=str)
         code = f"from evolver.harness_sandbox import serve; serve({program!r})"
-        self.session = open_python(code, memory_mb=memory_mb, mechanism=mechanism)
+        # It sees its own program (harness code, prompt, skills) read-only, and none of the workspace.
+        self.session = open_python(code, memory_mb=memory_mb, mechanism=mechanism, visible=[ctx.program.root])
         self._answer(time.monotonic() + START_S, "starting the harness")
 
     # The interface the evaluator drives.

@@ -25,6 +25,7 @@ from pathlib import Path
 from evolver import monitor, plugins
 from evolver.backends.sampling import SampledBackend
 from evolver.checks import audit_harness_code, audit_leakage, check_harness_import, check_skill_files
+from evolver.errors import RepoDamagedError, StoreIOError
 from evolver.evaluate import Job, evaluate_many, run_episodes, sample_stratified, summarize
 from evolver.frontier import Frontier
 from evolver.harness import SEED_DIR
@@ -35,14 +36,18 @@ from evolver.types import Candidate, Program, Proposal
 SEED_ID = "seed"
 
 
-def seed_files(harness: str = "default", skills: list[str] = ()) -> Path:
-    """A temp folder with the seed program: prompt.md, skills/ (``skills``: folders copied in, see
-    :func:`evolver.skills.shipped_skill`), harness/harness.py."""
+def seed_files(harness: str = "default", skills: list[str] = (), system_prompt: str | None = None) -> Path:
+    """A temp folder with the seed program: prompt.md (``system_prompt``, a benchmark's own, else the
+    generic one), skills/ (``skills``: folders copied in, see :func:`evolver.skills.shipped_skill`),
+    harness/harness.py."""
     from evolver.skills import shipped_skill
 
     entry = plugins.get("harness", harness)
     tmp = Path(tempfile.mkdtemp(prefix="evolver-seed-"))
-    shutil.copy(SEED_DIR / "prompt.md", tmp / "prompt.md")
+    if system_prompt:
+        (tmp / "prompt.md").write_text(system_prompt.strip() + "\n")
+    else:
+        shutil.copy(SEED_DIR / "prompt.md", tmp / "prompt.md")
     (tmp / "skills").mkdir()
     (tmp / "skills" / ".keep").write_text("")
     for name in skills:
@@ -57,7 +62,8 @@ def ensure_seed(run: Run) -> Program:
     """The workspace's seed program (id ``seed``): the configured harness, prompt and seed skills, committed
     on the first call and recorded under ``run``; later calls check it out."""
     skills = run.config.seed_skills
-    files = seed_files(run.config.harness, getattr(run.benchmark, "seed_skills", []) if skills is None else skills)
+    files = seed_files(run.config.harness, getattr(run.benchmark, "seed_skills", []) if skills is None else skills,
+                       (getattr(run.benchmark, "harness_hints", None) or {}).get("system_prompt"))
     try:
         program = run.repo.init(files, {"id": SEED_ID, "operator": "seed", "parent": "",
                                         "model": run.config.role("executor").model or "embedded"})
@@ -87,20 +93,8 @@ def play(run: Run, jobs: list, temperature: float | None = None, **kw) -> list[l
     """:func:`evaluate_many` with each program's own executor (:func:`executor`, at the job's
     ``temperature`` or else this one): programs that play with the same weights share one lockstep,
     greedy and sampled alike; a trained program plays with its checkpoint. Harnesses run sandboxed
-    (``loop.sandbox_harness``), one process per job, closed when its episodes are done."""
+    (``loop.sandbox_harness``, see :func:`evaluate_many`)."""
     jobs = [Job.of(job) for job in jobs]
-    if kw.get("harness_factory") is None and run.config.loop.sandbox_harness:
-        opened: list = []
-
-        def sandboxed(ctx):
-            from evolver.harness_sandbox import SandboxedHarness
-            opened.append(SandboxedHarness(ctx, memory_mb=run.config.loop.harness_memory_mb))
-            return opened[-1]
-        try:
-            return play(run, jobs, temperature, **kw, harness_factory=sandboxed)
-        finally:
-            for harness in opened:
-                harness.close()
     groups: dict[str | None, list[int]] = {}
     for j, job in enumerate(jobs):
         groups.setdefault(run.checkpoint_of(job.ctx.program), []).append(j)
@@ -339,6 +333,8 @@ def _propose(run: Run, it: int, proposers: dict, parent: Program, failures, succ
         run.status = f"iteration {it}: {name} proposing"
         try:
             proposer.propose(ctx)
+        except (RepoDamagedError, StoreIOError):  # systemic: the run stops (and resumes once it is repaired)
+            raise
         except Exception as exc:
             run.log(f"proposer {name} failed: {exc!r}")
             for d in drafts:

@@ -34,7 +34,7 @@ from pathlib import Path
 import git
 import tomli_w
 
-from evolver.errors import ProgramRepoError
+from evolver.errors import ProgramRepoError, RepoDamagedError
 from evolver.program_files import (MANIFEST, _clean, _counts_for_hash, _hash, _now, _skill_version,  # noqa: F401
                                     content_hash, dump_manifest)  # content_hash: re-exported
 from evolver.types import Program
@@ -46,6 +46,10 @@ _LOCKS: dict[str, threading.RLock] = {}
 _LOCKS_GUARD = threading.Lock()
 #: Set when evolver runs inside a git hook; they would redirect every command to the outer repository.
 _LEAKED_GIT_ENV = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE")
+#: What git says about a broken object or pack (then the error says how to check and recover).
+_NO_SPACE = re.compile(r"No space left on device|Out of diskspace|Disk quota exceeded|File too large", re.I)
+_DAMAGED = re.compile(r"\bcorrupt|unable to unpack|inflate:|missing (?:blob|tree|commit|tag|object)|bad object|"
+                      r"invalid (?:object|sha1 pointer)|packfile .* cannot be accessed|hash mismatch|bad packed object")
 
 
 class ProgramRepo:
@@ -88,8 +92,23 @@ class ProgramRepo:
             except git.GitCommandNotFound as exc:
                 raise ProgramRepoError(f"{failed}: git is not installed or not on PATH ({exc})") from exc
         if check and status != 0:
+            if _NO_SPACE.search(err):  # systemic like a damaged repository: the run stops, and resumes later
+                raise RepoDamagedError(f"{failed}: {err.strip()}\nThe disk is full (or over a quota): free space, "
+                                       "then `evolver run --resume`")
+            if _DAMAGED.search(err):
+                raise RepoDamagedError(f"{failed}: {err.strip()}{self._damaged_hint(err)}")
             raise ProgramRepoError(f"{failed}: {err.strip()}")
         return out if binary else out.decode(errors="replace").rstrip("\n")
+
+    def _damaged_hint(self, err: str = "") -> str:
+        sha = re.search(r"\b([0-9a-f]{40})\b", err)
+        loose = self.path / ".git" / "objects" / sha[1][:2] / sha[1][2:] if sha else None
+        where = (f"the object file {loose}" if loose is not None and loose.exists()
+                 else "git names the broken object above")
+        return (f"\nThe program repository {self.path} is damaged ({where}; "
+                f"`git -C {self.path} fsck` lists them all). Restore the folder from a backup; or move the whole "
+                "workspace aside and start again with a fresh --store (its programs and the store's records of "
+                "them belong together)")
 
     @property
     def exists(self) -> bool:
@@ -132,6 +151,11 @@ class ProgramRepo:
                 if self._ref_exists("main"):
                     # main holds only the seed (a scores amend replaces that root commit, and main moves with it)
                     return self._program(self._git("rev-list", "--max-parents=0", "main").split()[0], self.path)
+                if self._git("rev-parse", "--verify", "--quiet", "refs/heads/main", check=False):
+                    # main is there but its commit does not read: a damaged repository, never an incomplete one
+                    self._git("cat-file", "-t", "refs/heads/main")  # raises with git's words and the file
+                    raise RepoDamagedError(f"branch main of {self.path} does not point at a commit"
+                                           + self._damaged_hint(self._git("rev-parse", "refs/heads/main")))
                 self._set_aside_incomplete()
             seed_id = self._check_id(manifest.get("id", ""))
             self.worktrees_dir.mkdir(parents=True, exist_ok=True)
@@ -168,7 +192,7 @@ class ProgramRepo:
 
     def _set_aside_incomplete(self) -> None:
         """A ``.git`` without ``main``: a seed whose creation was killed (older versions built it in place)."""
-        if self._git("for-each-ref", check=False).strip():
+        if self._git("for-each-ref").strip():  # fails (with git's words) on a damaged repository
             raise ProgramRepoError(f"{self.path} is a git repository without a 'main' branch but with other "
                                    "branches or tags: not a program repository evolver made. Move it away, "
                                    "or choose another --store")

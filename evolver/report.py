@@ -97,6 +97,7 @@ def render(run, summary: dict) -> str:
         reason = (r.get("reason") or "").splitlines()[0].split(" (score ")[0][:80] if r.get("reason") else ""
         lines.append(f"| {r['candidate_id']} | {r['proposer']} | {r['operator']} | {r['parent_id']} | {r['status']} | "
                      f"{'' if score is None else f'{score:.3f}'} | {paired} | {reason} |")
+    lines += monitor_lines(run, rows)
     lines += ["", "## Tokens", ""] + [f"- {role}: {n}" for role, n in sorted(summary["tokens"].items())]
     for r in rows:
         if r["status"] == "admitted":
@@ -106,6 +107,20 @@ def render(run, summary: dict) -> str:
             lines += [f"Mechanism: {mechanism}", ""] if mechanism else []
             lines += ["```diff", diff.strip()[:6000], "```"]
     return "\n".join(lines) + "\n"
+
+
+def monitor_lines(run, proposals: list[dict]) -> list[str]:
+    """The anti-hack monitor's counts: candidates whose code it rejected, and per program the actions and
+    tool calls it flagged, confirmed and blocked while they played."""
+    mode = run.config.loop.monitor
+    rejected = sum(1 for r in proposals if (r.get("reason") or "").startswith("monitor"))
+    counts = run.store.monitor_counts(run.id)
+    lines = ["", "## Monitor", "", f"Mode `{mode}`. Candidates whose code it rejected: {rejected}. "
+             + ("Steps it flagged while programs played:" if counts else "No action or tool call was flagged.")]
+    if counts:
+        lines += ["", "| program | flagged | confirmed | blocked |", "|---|---|---|---|"]
+        lines += [f"| {pid} | {c['flagged']} | {c['confirmed']} | {c['blocked']} |" for pid, c in counts.items()]
+    return lines
 
 
 def write_report(run, summary: dict) -> Path:

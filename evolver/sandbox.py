@@ -1,34 +1,69 @@
-"""Run skill scripts and candidate code with limits: time, memory, no network, writes only in a scratch folder.
+"""Run skill scripts and candidate code with limits: time, memory, processes, no network, a minimal view of
+the file system, writes only in a scratch folder.
 
 Every run is a subprocess in its own session, killed as a group (SIGKILL) at the timeout and again after it
 exits, so stray children die too. ``RLIMIT_AS`` caps its memory (set just before the target is exec'd, not
 through ``preexec_fn``, which is unsafe in a threaded parent). Its environment is rebuilt from scratch
-(PATH, HOME=TMPDIR=scratch, the caller's ``env``): the parent's API keys never reach it. Each stream keeps at
-most :data:`OUTPUT_CAP` bytes (head and tail) with a marker saying how much was cut.
+(PATH, HOME=TMPDIR=scratch, one thread per BLAS/OpenMP pool, the caller's ``env``): the parent's API keys
+never reach it. Each stream keeps at most :data:`OUTPUT_CAP` bytes (head and tail) with a marker saying how
+much was cut.
+
+Processes: where a pids cgroup can be created (cgroup v1 ``/sys/fs/cgroup/pids``, or a delegated cgroup v2
+subtree; normally as root), every run gets its own, capped at :data:`PIDS_LIMIT` processes and threads
+(``EVOLVER_SANDBOX_PIDS`` or the ``pids`` argument; 0 turns the cgroup off), and everything in it is
+killed when the run ends, a ``fork`` + ``setsid`` daemon included. Without one there is no process limit
+(a warning says so once), but bwrap and unshare still kill every process of the run with its pid
+namespace, and the audit guard keeps Python code in the run's process group. (``RLIMIT_NPROC`` is no
+substitute: root ignores it, and for anyone else it counts all of the user's processes, not the run's.)
+
+What the code sees (bwrap and unshare): read-only, the system directories (``/usr``, ``/bin``, ``/lib*``,
+``/sbin``), an ``/etc`` holding only a copy of a short list of world-readable entries (loader cache,
+passwd/group, time zone, certificates; made once per process, so one mount), the Python
+prefixes (venv and base: stdlib and site-packages), the ``evolver`` package directory (for the harness API),
+and what the run names: a script's folder (a skill's whole folder for ``skills/NAME/scripts/x``), the
+``visible`` paths, ``PYTHONPATH`` entries, and for :func:`run_python` source the absolute paths its string
+literals name; read-write, the scratch folder; a minimal ``/dev`` (a small tmpfs: device nodes, ``/dev/shm``)
+and a ``/proc`` of its own pid namespace. Nothing else exists, only the empty folders on the way to what
+is visible: not the workspace (its store, other programs), the repository, the rest of ``/tmp``, ``/root``,
+``/run`` or ``/var``, so no host Unix socket either (abstract ones belong to the host's network namespace).
+Packages that only plugins bring (a benchmark such as ``textworld_express``, and what it requires that
+evolver or another installed non-plugin package does not) are covered inside site-packages by an empty
+folder (bwrap >= 0.8: a 4 KiB tmpfs, mode 555; otherwise a read-only tmpfs), and editable plugin sources are
+not mounted at all, so a script cannot regenerate a benchmark's answers. Symlinks out of a skill are
+rejected before any of its scripts runs (``evolver.skills``), and would lead nowhere here anyway.
 
 Isolation comes from the first mechanism that works here (:func:`sandbox_mechanism`, or ``EVOLVER_SANDBOX``):
 
-- ``bwrap`` (bubblewrap): the whole file system read-only (``/tmp`` included, since scripts and worktrees may
-  live there; temporary files go to ``TMPDIR`` = scratch), scratch writable at its own path, a minimal
-  ``/dev``, new network (loopback only), pid, ipc and uts namespaces, no capabilities, killed with its
-  parent. Holds for any program, Python or not.
+- ``bwrap`` (bubblewrap, preferred): the view above built by bwrap on an empty read-only root, new network
+  (loopback only), pid, ipc, uts (and, where allowed, user and cgroup) namespaces, no capabilities, a new
+  session, killed with its parent. Holds for any program, Python or not.
 - ``unshare`` (root without bubblewrap): the same guarantees, built by this module inside ``unshare --net
-  --mount --pid``: every mount remounted read-only (setup fails closed if one cannot be), scratch
-  bind-mounted writable, a private ``/dev`` with null/zero/full/random/urandom/tty only, then every
-  capability dropped (so the script cannot remount anything) and ``no_new_privs`` set.
+  --mount --pid`` (``--ns-setup``): a tmpfs root made of bind mounts of the view, ``pivot_root`` into it,
+  the host tree detached, every mount but scratch and ``/dev`` remounted read-only (setup fails closed if
+  one cannot be), a private ``/dev`` with null/zero/full/random/urandom/tty only, a read-only ``/proc`` of
+  the new pid namespace, then every capability dropped (so the script cannot remount anything) and
+  ``no_new_privs`` set.
 - ``audit`` (fallback): Python scripts run under ``sys.addaudithook``, which denies IP sockets, Unix sockets
-  outside scratch, name lookups, writes/renames/deletes outside scratch, starting other programs, and
-  signals to other process groups. It stops mistakes, not an adversary (ctypes and C extensions bypass
-  it). Non-Python scripts get only the time/memory limits, and the result carries a warning saying so.
+  outside scratch, name lookups, writes/renames/deletes outside scratch, starting other programs, reading
+  other processes' ``/proc`` entries (the parent's environment), leaving the process group (``setsid``,
+  ``setpgid``), and signals to other process groups. It stops mistakes, not an adversary: ctypes and C
+  extensions bypass it, every file the user can read is readable (the store, the repository, the
+  benchmark), and non-Python scripts get only the time/memory/process limits (their result carries a
+  warning saying so). Because of that, choosing it prints a warning, and running code under it raises
+  :class:`SandboxUnavailable` unless ``EVOLVER_ALLOW_AUDIT_SANDBOX=1`` is set (install bubblewrap instead:
+  ``apt-get install bubblewrap``).
 Denials seen by the audit guard are reported in ``SandboxResult.denied``; under the namespace mechanisms a
-blocked action fails with the ordinary OS error (EROFS, ENETUNREACH, ECONNREFUSED) instead.
+blocked action fails with the ordinary OS error (EROFS, ENOENT, ENETUNREACH, ECONNREFUSED, EAGAIN) instead.
 
-This module imports only the standard library: it is also executed as a script, as the in-sandbox setup
-(``--ns-setup``) and as the audit-guard runner (``--guard``).
+This module imports only the standard library. Its in-sandbox parts run in a fresh interpreter on their
+own (``python -c`` with just that part's source, see ``_own_code``): the namespace setup (``_ns_setup``)
+and the audit-guard runner (``_guard_main``); ``python sandbox.py --ns-setup|--guard`` runs them too.
 """
 from __future__ import annotations
 
 import functools
+import itertools
+import json
 import os
 import re
 import shutil
@@ -38,6 +73,7 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,8 +81,24 @@ OUTPUT_CAP = 64 * 1024  # bytes kept per stream: enough for any useful trace, bo
 _TAIL = 8 * 1024  # of the cap, what is kept from the end (tracebacks are at the end)
 DENY_PREFIX = "evolver-sandbox: denied"
 MECHANISMS = ("bwrap", "unshare", "audit")
+PIDS_LIMIT = 64  # processes + threads per run, where a pids cgroup is available (EVOLVER_SANDBOX_PIDS)
+ALLOW_AUDIT_ENV = "EVOLVER_ALLOW_AUDIT_SANDBOX"
 _THIS = os.path.abspath(__file__)
+#: The interpreter as the sandbox's view has it: normalised (``bench/../.venv/bin/python`` names a folder
+#: the view does not hold), symlinks kept (the venv's python is how site-packages is found).
+_PYTHON = os.path.abspath(sys.executable)
+
 _MEMORY_SIGNS = re.compile(r"\bMemoryError\b|Cannot allocate memory|std::bad_alloc|[Oo]ut of memory")
+_AUDIT_GAPS = ("it guards Python scripts against mistakes, not an adversary. Unprotected: reading any file the "
+               "user can read (the store, the repository, benchmark code and answers), ctypes and C extensions, "
+               "non-Python scripts (network and file system), and the number of processes where no pids cgroup "
+               "is writable. Install bubblewrap (apt-get install bubblewrap) for isolation; to run candidate "
+               f"code under the fallback anyway, set {ALLOW_AUDIT_ENV}=1.")
+AUDIT_WARNING = "evolver sandbox: neither bubblewrap nor unshare works here, only the 'audit' fallback: " + _AUDIT_GAPS
+
+
+class SandboxUnavailable(RuntimeError):
+    """Untrusted code was about to run under the ``audit`` fallback without the user's opt-in."""
 
 
 @dataclass
@@ -89,11 +141,13 @@ def _detect() -> str:
         return "bwrap"
     if os.geteuid() == 0 and shutil.which("unshare") and _probe("unshare"):
         return "unshare"
+    warnings.warn(AUDIT_WARNING, RuntimeWarning, stacklevel=3)
     return "audit"
 
 
 def sandbox_mechanism() -> str:
-    """``bwrap``, ``unshare`` or ``audit``: ``EVOLVER_SANDBOX`` if set, else the strongest that works here."""
+    """``bwrap``, ``unshare`` or ``audit``: ``EVOLVER_SANDBOX`` if set, else the strongest that works here.
+    Falling back to ``audit`` warns (once per process): see :data:`AUDIT_WARNING`."""
     forced = os.environ.get("EVOLVER_SANDBOX", "").strip()
     if forced:
         if forced not in MECHANISMS:
@@ -102,29 +156,399 @@ def sandbox_mechanism() -> str:
     return _detect()
 
 
+def check_sandbox() -> str:
+    """The mechanism candidate code will run under, or :class:`SandboxUnavailable` now, before any work,
+    where only the audit fallback works and the user has not opted in."""
+    return _require(sandbox_mechanism())
+
+
+def audit_allowed() -> bool:
+    return os.environ.get(ALLOW_AUDIT_ENV, "").strip().lower() in ("1", "true", "yes")
+
+
+def _require(mechanism: str) -> str:
+    if mechanism not in MECHANISMS:
+        raise ValueError(f"sandbox mechanism {mechanism!r}; choose one of {', '.join(MECHANISMS)}")
+    if mechanism == "audit" and not audit_allowed():
+        raise SandboxUnavailable("evolver sandbox: refusing to run untrusted code under the 'audit' fallback "
+                                 "(EVOLVER_SANDBOX=audit, or neither bubblewrap nor unshare works here): "
+                                 + _AUDIT_GAPS)
+    return mechanism
+
+
+# --- what the sandboxed code sees (bwrap and unshare) ----------------------------------------------------
+
+_SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+_ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "timezone", "passwd", "group",
+        "nsswitch.conf", "hosts", "host.conf", "gai.conf", "protocols", "services", "alternatives", "ssl",
+        "ca-certificates", "ca-certificates.conf", "os-release", "lsb-release", "debian_version", "mime.types",
+        "locale.alias", "magic", "fonts")
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+@functools.lru_cache(maxsize=None)
+def _plugin_only_paths() -> tuple[str, ...]:
+    """Top-level modules (in site-packages) of the distributions that only plugins bring: the plugins, what
+    they require and what that requires, unless evolver or another installed package that is not a plugin
+    needs it too. Editable plugin sources live outside the view anyway. Modules that ``*.pth`` files import
+    at start-up (editable finders, ``_distutils_hack``) are kept, so interpreters start clean."""
+    try:
+        return _plugin_only()
+    except Exception as exc:  # broken metadata must not stop every sandbox: show everything, but say so
+        warnings.warn(f"evolver sandbox: cannot tell plugin packages apart ({exc!r}); they stay visible",
+                      RuntimeWarning, stacklevel=2)
+        return ()
+
+
+def _plugin_only() -> tuple[str, ...]:
+    import importlib.metadata as md
+    dists = {}
+    for d in md.distributions():
+        name = d.metadata["Name"] if d.metadata else None
+        if name:
+            dists.setdefault(_norm(name), d)
+
+    def requires(d) -> list[str]:
+        out = []
+        for req in d.requires or ():
+            spec, _, marker = req.partition(";")
+            if "extra" in marker:
+                continue
+            m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", spec)
+            if m:
+                out.append(_norm(m[1]))
+        return out
+
+    def closure(roots) -> set[str]:
+        seen, todo = set(), list(roots)
+        while todo:
+            n = todo.pop()
+            if n not in seen and n in dists:
+                seen.add(n)
+                todo += requires(dists[n])
+        return seen
+
+    required = {r for d in dists.values() for r in requires(d)}
+    plugins = {n for n, d in dists.items() if n != "evolver" and any(ep.group == "evolver" for ep in d.entry_points)}
+    keep = closure({"evolver"} | {n for n in dists if n not in required and n not in plugins})
+    paths, started = set(), set()
+    for n in closure(plugins) - keep:
+        d = dists[n]
+        listed = d.read_text("top_level.txt")  # quicker than RECORD, where present
+        tops = {t.strip() for t in listed.split()} if listed else {f.parts[0] for f in d.files or () if f.parts}
+        for top in tops:
+            if not top or top == ".." or top.endswith((".dist-info", ".egg-info", ".pth")) \
+                    or top.startswith("__editable__") or top == "__pycache__":
+                continue
+            base = os.path.abspath(str(d.locate_file(top)))
+            paths |= {base, base + ".py", *map(str, Path(base).parent.glob(f"{top}.*.so"))}
+    for folder in {os.path.dirname(p) for p in paths}:
+        for pth in Path(folder).glob("*.pth"):
+            try:
+                text = pth.read_text(errors="replace")
+            except OSError:
+                continue
+            for a, b in re.findall(r"(?:^|;)\s*import\s+(\w+)|__import__\(['\"](\w+)", text, re.M):
+                started.add(a or b)
+    return tuple(sorted(p for p in paths if os.path.lexists(p) and os.path.basename(p).split(".")[0] not in started
+                        # a folder without __init__.py may be a namespace package other distributions share
+                        and (not os.path.isdir(p) or os.path.exists(os.path.join(p, "__init__.py")))))
+
+
+@functools.lru_cache(maxsize=None)
+def _base_visible() -> tuple[str, ...]:
+    import site
+    found = [*_SYSTEM, sys.prefix, sys.base_prefix, sys.exec_prefix,
+             sys.base_exec_prefix, os.path.dirname(os.path.realpath(sys.executable)), os.path.dirname(_THIS)]
+    found += site.getsitepackages() if hasattr(site, "getsitepackages") else []
+    if site.ENABLE_USER_SITE:
+        found.append(site.getusersitepackages())
+    return tuple(p for p in found if p and p != "/" and os.path.lexists(p))
+
+
+_ETC_PREFIX = "evolver-etc-"
+
+
+@functools.lru_cache(maxsize=None)
+def _mini_etc() -> str:
+    """A copy of the few ``/etc`` entries programs need, made once per process (removed at exit): one
+    mount instead of one per file (each mount makes every sandbox start slower)."""
+    import atexit
+    tmp = tempfile.gettempdir()
+    for name in os.listdir(tmp):  # those of evolver processes that are gone
+        m = re.fullmatch(_ETC_PREFIX + r"(\d+)-\w+", name)
+        if m and not os.path.exists(f"/proc/{m[1]}"):
+            shutil.rmtree(os.path.join(tmp, name), ignore_errors=True)
+    folder = tempfile.mkdtemp(prefix=f"{_ETC_PREFIX}{os.getpid()}-")
+    atexit.register(shutil.rmtree, folder, True)
+    def private(folder, names):  # what not everyone may read stays out (/etc/ssl/private: keys)
+        return [n for n in names if not os.path.islink(os.path.join(folder, n))
+                and not os.stat(os.path.join(folder, n)).st_mode & 0o004]
+
+    for name in _ETC:
+        src, dest = f"/etc/{name}", os.path.join(folder, name)
+        try:
+            if os.path.islink(src):
+                os.symlink(os.readlink(src), dest)
+            elif private("/etc", [name]):
+                continue
+            elif os.path.isdir(src):
+                shutil.copytree(src, dest, symlinks=True, ignore=private)
+            elif os.path.isfile(src):
+                shutil.copy2(src, dest)
+        except OSError:
+            continue
+    os.chmod(folder, 0o755)
+    return folder
+
+
+def _under(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def _add(paths, kept: list[str], mounts: list, links_ok) -> None:
+    for p in sorted({os.path.abspath(str(p)) for p in paths if str(p) and os.path.lexists(p)} - {"/"},
+                    key=lambda p: (p.count("/"), p)):
+        if any(_under(p, k) for k in kept):
+            continue
+        kept.append(p)
+        real = os.path.realpath(p)
+        if os.path.islink(p) and real != p and links_ok(real):
+            mounts.append(("link", os.readlink(p), p))  # /bin -> usr/bin stays a link
+        else:
+            mounts.append(("ro", real, p))
+
+
+@functools.lru_cache(maxsize=None)
+def _base_view() -> tuple[tuple[str, ...], tuple, tuple]:
+    """What every run sees: (covered paths, their mounts, the covers of plugin-only packages)."""
+    kept, mounts = ["/etc"], [("ro", _mini_etc(), "/etc")]
+    folders = [p for p in _base_visible() if not os.path.islink(p)]
+    _add(_base_visible(), kept, mounts, lambda real: any(_under(real, f) for f in folders))
+    hides = tuple(("hide-dir" if os.path.isdir(p) and not os.path.islink(p) else "hide-file", "", p)
+                  for p in _plugin_only_paths() if any(_under(p, k) for k in kept))
+    return tuple(kept), tuple(mounts), hides
+
+
+def _view(scratch: str, visible=()) -> list[tuple[str, str, str]]:
+    """The mounts, in order: (``ro`` | ``rw``, source, dest), (``link``, target, dest), (``hide-dir`` |
+    ``hide-file``, "", dest) covering a plugin-only package, and last the scratch folder."""
+    base_kept, base_mounts, hides = _base_view()
+    kept, mounts = list(base_kept), list(base_mounts)
+    _add(visible, kept, mounts, lambda real: False)
+    return [*mounts, *(h for h in hides if not _under(scratch, h[2])), ("rw", scratch, scratch)]
+
+
+@functools.lru_cache(maxsize=None)
+def _bwrap_version() -> tuple[int, ...]:
+    try:
+        out = subprocess.run(["bwrap", "--version"], capture_output=True, text=True, timeout=10).stdout
+        return tuple(int(x) for x in re.search(r"(\d+)\.(\d+)", out).groups())
+    except (OSError, subprocess.SubprocessError, AttributeError, ValueError):
+        return (0, 0)
+
+
+def _bwrap_view(mounts) -> list[str]:
+    """bwrap's options for the view, the root made read-only before the hidden folders are covered: each
+    bind and remount makes bwrap read the whole mount table, so the many cheap covers come last."""
+    args, covers = [], []
+    for kind, src, dest in mounts:
+        if kind == "link":
+            args += ["--symlink", src, dest]
+        elif kind == "ro":
+            args += ["--ro-bind", src, dest]
+        elif kind == "rw":
+            args += ["--bind", src, dest]
+        elif kind == "hide-file":
+            args += ["--ro-bind", "/dev/null", dest]
+        elif kind == "hide-dir" and _bwrap_version() >= (0, 8):  # a 4 KiB tmpfs, mode 555: one mount, not two
+            covers += ["--size", "4096", "--perms", "0555", "--tmpfs", dest]
+        elif kind == "hide-dir":
+            covers += ["--tmpfs", dest, "--remount-ro", dest]
+    return [*args, "--remount-ro", "/", *covers]
+
+
+# --- process limit: a pids cgroup per run ----------------------------------------------------------------
+
+_CG_PREFIX = "evolver-sbx-"
+_cg_counter = itertools.count()
+_cg_warned = []
+
+
+def _cgroup_candidates() -> list[str]:
+    out = []
+    try:
+        with open("/proc/self/cgroup") as f:
+            lines = [line.rstrip("\n").split(":", 2) for line in f]
+    except OSError:
+        return out
+    for hid, controllers, path in (line for line in lines if len(line) == 3):
+        if "pids" in controllers.split(","):
+            out += [f"/sys/fs/cgroup/pids{path}".rstrip("/"), "/sys/fs/cgroup/pids"]
+        elif hid == "0" and controllers == "" and os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
+            out.append(f"/sys/fs/cgroup{path}".rstrip("/"))
+    return list(dict.fromkeys(out))
+
+
+@functools.lru_cache(maxsize=None)
+def _cgroup_base() -> str | None:
+    """A cgroup directory under which this process can create pids-limited children, or None."""
+    for base in _cgroup_candidates():
+        probe = os.path.join(base, f"{_CG_PREFIX}probe-{os.getpid()}")
+        try:
+            os.mkdir(probe)
+        except OSError:
+            continue
+        try:
+            with open(os.path.join(probe, "pids.max"), "w") as f:
+                f.write("8")
+            _clean_stale(base)
+            return base
+        except OSError:
+            continue
+        finally:
+            try:
+                os.rmdir(probe)
+            except OSError:
+                pass
+    return None
+
+
+def _clean_stale(base: str):
+    """Remove the empty cgroups of evolver processes that died without closing their sandboxes."""
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return
+    for name in names:
+        m = re.fullmatch(_CG_PREFIX + r"(\d+)-\d+", name)
+        if m and not os.path.exists(f"/proc/{m[1]}"):
+            _cgroup_end(os.path.join(base, name))
+
+
+def _pids(pids: int | None) -> int:
+    if pids is not None:
+        return int(pids)
+    return int(os.environ.get("EVOLVER_SANDBOX_PIDS", "") or PIDS_LIMIT)
+
+
+def _cgroup_new(limit: int) -> str | None:
+    if limit <= 0:  # turned off (EVOLVER_SANDBOX_PIDS=0): no limit, no cgroup
+        return None
+    base = _cgroup_base()
+    if base is None:
+        if not _cg_warned:
+            _cg_warned.append(True)
+            warnings.warn("evolver sandbox: no writable pids cgroup here, so sandboxed code runs without a "
+                          "limit on its number of processes", RuntimeWarning, stacklevel=4)
+        return None
+    path = os.path.join(base, f"{_CG_PREFIX}{os.getpid()}-{next(_cg_counter)}")
+    try:
+        os.mkdir(path)
+        with open(os.path.join(path, "pids.max"), "w") as f:
+            f.write(str(max(1, limit)))
+        return path
+    except OSError:
+        _cgroup_end(path)
+        return None
+
+
+def _cgroup_end(path: str | None):
+    """Kill everything left in the cgroup (daemons that left the process group too), then remove it."""
+    if not path:
+        return
+    deadline = time.monotonic() + 2
+    while time.monotonic() < deadline:
+        try:
+            with open(os.path.join(path, "cgroup.procs")) as f:
+                pids = [int(p) for p in f.read().split()]
+        except (OSError, ValueError):
+            break
+        if not pids:
+            break
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        time.sleep(0.002)
+    try:
+        os.rmdir(path)
+    except OSError:
+        pass
+
+
 # --- building the command line ----------------------------------------------------------------------------
 
 def _base_env(scratch: str, extra: dict | None) -> dict:
     env = {"PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"), "HOME": scratch, "TMPDIR": scratch,
            "TMP": scratch, "TEMP": scratch, "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1",
-           "PYTHONUNBUFFERED": "1"}
+           "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     env.update({str(k): str(v) for k, v in (extra or {}).items()})
     return env
 
 
-def _wrap(mechanism: str, cmd: list[str], scratch: str, memory_mb: int) -> list[str]:
-    """The full argv: isolation wrapper + memory limit + ``cmd``."""
+@functools.lru_cache(maxsize=None)
+def _own_code(part: str) -> list[str]:
+    """``python -c`` running one part of this module (``setup`` or ``guard``) on its own: only what that part
+    needs is compiled and imported (the whole module's imports cost a new interpreter tens of ms)."""
+    text = Path(_THIS).read_text()
+
+    def at(line: str) -> int:
+        return re.search("^" + re.escape(line), text, re.M).start()
+    if part == "setup":
+        body = text[at("_MS_RDONLY, _MS_NOSUID"):at("# --- inside the sandbox: the audit guard")]
+        main = "_ns_setup(json.loads(sys.argv[1]), sys.argv[3:])"
+    else:
+        body = text[at("# event -> [(index of a path"):at("def _main(")]
+        main = "_guard_main(sys.argv[1:])"
+    head = f"import json, os, re, sys, threading\nDENY_PREFIX = {DENY_PREFIX!r}\n_THIS = {_THIS!r}\n"
+    return [_PYTHON, "-B", "-c", f"{head}{body}\n{main}\n"]
+
+
+def _wrap(mechanism: str, cmd: list[str], scratch: str, memory_mb: int, visible=(), cgroup: str | None = None
+          ) -> list[str]:
+    """The full argv: pids cgroup + memory limit + isolation wrapper + ``cmd``. One shell joins the cgroup,
+    sets ``RLIMIT_AS`` (bwrap, tiny, runs under it too) and execs the rest; under ``unshare`` the in-sandbox
+    setup sets the memory limit instead."""
     limit_kb = str(int(memory_mb) * 1024)
-    ulimit = ["/bin/sh", "-c", 'ulimit -v "$1" && shift && exec "$@"', "sh", limit_kb]
+    join = ['echo $$ > "$2"', "shift"] if cgroup else []
+    procs = [os.path.join(cgroup, "cgroup.procs")] if cgroup else []
+    if mechanism == "unshare":
+        spec = json.dumps({"scratch": scratch, "limit_kb": int(limit_kb), "mounts": _view(scratch, visible)})
+        argv = ["unshare", "--net", "--mount", "--pid", "--fork", "--kill-child", "--",
+                _PYTHON, "-I", "-S", *_own_code("setup")[1:], spec, "--", *cmd]
+        if not cgroup:
+            return argv
+        return ["/bin/sh", "-c", 'echo $$ > "$1" && shift && exec "$@"', "sh", *procs, *argv]
+    script = " && ".join([*join[:1], 'ulimit -v "$1"', "shift", *join[1:], 'exec "$@"'])
+    shell = ["/bin/sh", "-c", script, "sh", limit_kb, *procs]
     if mechanism == "bwrap":
         caps = ["--cap-drop", "ALL"] if os.geteuid() == 0 else []
-        return ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--bind", scratch, scratch,
-                "--chdir", scratch, "--unshare-all", "--die-with-parent", "--new-session", *caps, "--",
-                *ulimit, *cmd]
-    if mechanism == "unshare":
-        return ["unshare", "--net", "--mount", "--pid", "--fork", "--kill-child", "--mount-proc", "--",
-                sys.executable, "-I", "-S", _THIS, "--ns-setup", scratch, limit_kb, "--", *cmd]
-    return [*ulimit, *cmd]
+        return [*shell, "bwrap", "--unshare-all", "--die-with-parent", "--new-session", *caps, "--dev", "/dev",
+                "--proc", "/proc", *_bwrap_view(_view(scratch, visible)), "--chdir", scratch, "--", *cmd]
+    return [*shell, *cmd]
+
+
+def _pythonpath(env: dict | None) -> list[str]:
+    return [p for p in str((env or {}).get("PYTHONPATH", "")).split(os.pathsep) if os.path.isabs(p)]
+
+
+def _named_paths(code: str) -> list[str]:
+    """Absolute paths of existing files or folders that ``code``'s string literals name (the code is
+    composed by evolver, e.g. an import check naming the candidate's folder)."""
+    import ast
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return []
+    return [node.value for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("/")
+            and node.value != "/" and len(node.value) < 4096 and "\n" not in node.value and "\0" not in node.value
+            and os.path.exists(node.value)]
 
 
 def _is_python(path: Path) -> bool:
@@ -144,8 +568,8 @@ def _command(path: Path, args: list[str], mechanism: str, scratch: str) -> list[
         return f"no such script: {path}"
     if _is_python(path):
         if mechanism == "audit":
-            return [sys.executable, "-B", _THIS, "--guard", scratch, str(path), *args]
-        return [sys.executable, "-B", str(path), *args]
+            return [*_own_code("guard"), scratch, str(path), *args]
+        return [_PYTHON, "-B", str(path), *args]
     if path.suffix == ".sh":
         return ["/bin/sh", str(path), *args]
     if path.suffix == ".bash":
@@ -157,6 +581,11 @@ def _command(path: Path, args: list[str], mechanism: str, scratch: str) -> list[
     if os.access(path, os.X_OK):
         return [str(path), *args]
     return f"{path.name}: no known interpreter; name it *.py or *.sh, or start it with a #! line"
+
+
+def _script_folder(path: Path) -> Path:
+    """What a script may read: its skill's folder for ``NAME/scripts/x``, else its own folder."""
+    return path.parent.parent if path.parent.name == "scripts" else path.parent
 
 
 # --- running --------------------------------------------------------------------------------------------
@@ -205,27 +634,63 @@ def _kill_group(pid: int):
         pass
 
 
+def _start(cmd: list[str], folder: str, memory_mb: int, env: dict | None, mechanism: str, visible, pids,
+           stdin) -> tuple[subprocess.Popen, str | None]:
+    cgroup = _cgroup_new(_pids(pids))
+    argv = _wrap(mechanism, cmd, folder, memory_mb, visible, cgroup)
+    try:
+        proc = subprocess.Popen(argv, cwd=folder, env=_base_env(folder, env), start_new_session=True,
+                                stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    except BaseException:
+        _cgroup_end(cgroup)
+        raise
+    return proc, cgroup
+
+
+def _wait(proc: subprocess.Popen, timeout_s: float) -> bool:
+    """Wait for ``proc`` to exit, at most ``timeout_s``; whether it did. With a pidfd the wait ends the moment
+    it exits (``Popen.wait(timeout)`` polls with sleeps of up to 50 ms, which added that much to short runs)."""
+    try:
+        fd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):
+        try:
+            proc.wait(timeout=timeout_s)
+            return True
+        except subprocess.TimeoutExpired:
+            return False
+    try:
+        import select
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        deadline = time.monotonic() + timeout_s
+        while proc.poll() is None and (left := deadline - time.monotonic()) > 0:
+            poller.poll(max(1, int(left * 1000)))
+    finally:
+        os.close(fd)
+    return proc.poll() is not None
+
+
 def _execute(cmd: list[str], scratch: str, timeout_s: float, memory_mb: int, stdin: str | None,
-             env: dict | None, mechanism: str, warnings: list[str]) -> SandboxResult:
-    argv = _wrap(mechanism, cmd, scratch, memory_mb)
+             env: dict | None, mechanism: str, warnings: list[str], visible, pids) -> SandboxResult:
     start = time.monotonic()
-    proc = subprocess.Popen(argv, cwd=scratch, env=_base_env(scratch, env), start_new_session=True,
-                            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc, cgroup = _start(cmd, scratch, memory_mb, env, mechanism, visible, pids,
+                          subprocess.PIPE if stdin is not None else subprocess.DEVNULL)
     out, err = _Capture(proc.stdout), _Capture(proc.stderr)
     out.start(), err.start()
     if stdin is not None:
         threading.Thread(target=_feed, args=(proc.stdin, stdin), daemon=True).start()
-    timed_out = False
-    try:
-        proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        timed_out = True
+    timed_out = not _wait(proc, timeout_s)
     _kill_group(proc.pid)  # also after a normal exit: children left in the background die with it
     proc.wait()
+    _cgroup_end(cgroup)  # and those that left the group
     duration = time.monotonic() - start
     for t in (out, err):
         t.join(timeout=2)  # a child that escaped the group may hold the pipe open: do not wait for it
+    for pipe in (proc.stdout, proc.stderr):
+        try:
+            pipe.close()
+        except OSError:
+            pass
     stderr = err.text()
     rc = proc.returncode
     memory = not timed_out and rc != 0 and (rc in (-9, 137) or bool(_MEMORY_SIGNS.search(stderr)))
@@ -245,8 +710,8 @@ def _feed(pipe, text: str):
 
 
 def _run(make_cmd, scratch: Path | None, timeout_s: float, memory_mb: int, stdin: str | None,
-         env: dict | None, mechanism: str | None) -> SandboxResult:
-    mechanism = mechanism or sandbox_mechanism()
+         env: dict | None, mechanism: str | None, visible, pids) -> SandboxResult:
+    mechanism = _require(mechanism or sandbox_mechanism())
     own = scratch is None
     folder = tempfile.mkdtemp(prefix="evolver-sbx-") if own else str(Path(scratch).resolve())
     os.makedirs(folder, exist_ok=True)
@@ -254,7 +719,8 @@ def _run(make_cmd, scratch: Path | None, timeout_s: float, memory_mb: int, stdin
         cmd, warnings = make_cmd(mechanism, folder)
         if isinstance(cmd, str):
             return SandboxResult(returncode=126, stdout="", stderr=cmd + "\n", mechanism=mechanism)
-        return _execute(cmd, folder, timeout_s, memory_mb, stdin, env, mechanism, warnings)
+        return _execute(cmd, folder, timeout_s, memory_mb, stdin, env, mechanism, warnings,
+                        [*visible, *_pythonpath(env)], pids)
     finally:
         if own:
             shutil.rmtree(folder, ignore_errors=True)
@@ -262,14 +728,18 @@ def _run(make_cmd, scratch: Path | None, timeout_s: float, memory_mb: int, stdin
 
 def run_script(path: Path, args: list[str] = (), scratch: Path | None = None, timeout_s: float = 10,
                memory_mb: int = 512, stdin: str | None = None, env: dict | None = None,
-               mechanism: str | None = None) -> SandboxResult:
+               mechanism: str | None = None, visible=None, pids: int | None = None) -> SandboxResult:
     """Run a script (``*.py``, ``*.sh``, ``*.bash``, a ``#!`` file or an executable) in the sandbox, cwd = scratch.
 
-    ``scratch`` defaults to a fresh temporary folder removed afterwards; a given one is kept. A script that
-    cannot be started gives returncode 126 and the reason in ``stderr``, never an exception: candidate code
-    is untrusted input.
+    ``scratch`` defaults to a fresh temporary folder removed afterwards; a given one is kept. The script sees
+    (read-only) ``visible``, by default its skill's folder (``NAME/`` for ``NAME/scripts/x``) or its own
+    folder, plus the ``PYTHONPATH`` entries of ``env``. ``pids`` caps its processes (default
+    :data:`PIDS_LIMIT`). A script that cannot be started gives returncode 126 and the reason in ``stderr``,
+    never an exception: candidate code is untrusted input. :class:`SandboxUnavailable` is raised only under
+    the ``audit`` fallback without the user's opt-in (see the module doc).
     """
     path = Path(path).resolve()
+    visible = [_script_folder(path)] if visible is None else list(visible)
 
     def make(mech, folder):
         warnings = []
@@ -277,30 +747,37 @@ def run_script(path: Path, args: list[str] = (), scratch: Path | None = None, ti
             warnings.append("sandbox 'audit' guards only Python: this script ran with time and memory limits "
                             "but with network and file-system access (install bubblewrap for full isolation)")
         return _command(path, [str(a) for a in args], mech, folder), warnings
-    return _run(make, scratch, timeout_s, memory_mb, stdin, env, mechanism)
+    return _run(make, scratch, timeout_s, memory_mb, stdin, env, mechanism, visible, pids)
 
 
 def run_python(code_or_path: str | Path, args: list[str] = (), scratch: Path | None = None,
                timeout_s: float = 10, memory_mb: int = 512, stdin: str | None = None, env: dict | None = None,
-               mechanism: str | None = None) -> SandboxResult:
+               mechanism: str | None = None, visible=None, pids: int | None = None) -> SandboxResult:
     """Run Python in the sandbox: a :class:`~pathlib.Path` is run as a script, a ``str`` as source code
-    (e.g. ``"import harness"`` with ``env={"PYTHONPATH": worktree}`` to import-check candidate code)."""
+    (e.g. ``"import harness"`` with ``env={"PYTHONPATH": worktree}`` to import-check candidate code). Source
+    sees ``visible``, by default the existing absolute paths its string literals name, and the
+    ``PYTHONPATH`` entries of ``env``."""
     if isinstance(code_or_path, Path):
-        return run_script(code_or_path, args, scratch, timeout_s, memory_mb, stdin, env, mechanism)
+        return run_script(code_or_path, args, scratch, timeout_s, memory_mb, stdin, env, mechanism, visible, pids)
+    visible = _named_paths(code_or_path) if visible is None else list(visible)
 
     def make(mech, folder):
-        guard = [_THIS, "--guard", folder] if mech == "audit" else []
-        return [sys.executable, "-B", *guard, "-c", code_or_path, *map(str, args)], []
-    return _run(make, scratch, timeout_s, memory_mb, stdin, env, mechanism)
+        if mech == "audit":
+            return [*_own_code("guard"), folder, "-c", code_or_path, *map(str, args)], []
+        return [_PYTHON, "-B", "-c", code_or_path, *map(str, args)], []
+    return _run(make, scratch, timeout_s, memory_mb, stdin, env, mechanism, visible, pids)
 
 
 class Session:
     """A sandboxed Python process kept running for a conversation over its stdin and stdout, with the same
-    isolation and memory limit as :func:`run_python` (the caller enforces time, per message). Its stderr is
-    captured like theirs. :meth:`close` kills its whole process group and removes its own scratch folder."""
+    isolation and limits as :func:`run_python` (the caller enforces time, per message). Its stderr is
+    captured like theirs. :meth:`close` kills its whole process group (and pids cgroup) and removes its own
+    scratch folder."""
 
-    def __init__(self, proc: subprocess.Popen, stderr: _Capture, folder: str, own: bool, mechanism: str):
+    def __init__(self, proc: subprocess.Popen, stderr: _Capture, folder: str, own: bool, mechanism: str,
+                 cgroup: str | None = None):
         self.proc, self._stderr, self.folder, self._own, self.mechanism = proc, stderr, folder, own, mechanism
+        self._cgroup = cgroup
 
     def stderr(self) -> str:
         return self._stderr.text()
@@ -311,66 +788,130 @@ class Session:
     def close(self) -> None:
         _kill_group(self.proc.pid)
         self.proc.wait()
+        _cgroup_end(self._cgroup)
+        self._cgroup = None
         for pipe in (self.proc.stdin, self.proc.stdout):
             try:
                 pipe.close()
             except OSError:
                 pass
         self._stderr.join(timeout=2)
+        try:
+            self.proc.stderr.close()
+        except OSError:
+            pass
         if self._own:
             shutil.rmtree(self.folder, ignore_errors=True)
 
 
 def open_python(code: str, scratch: Path | None = None, memory_mb: int = 512, env: dict | None = None,
-                mechanism: str | None = None) -> Session:
-    """Start ``python -c code`` in the sandbox and leave it running (see :class:`Session`)."""
-    mechanism = mechanism or sandbox_mechanism()
+                mechanism: str | None = None, visible=None, pids: int | None = None) -> Session:
+    """Start ``python -c code`` in the sandbox and leave it running (see :class:`Session`); it sees what
+    :func:`run_python` would show it."""
+    mechanism = _require(mechanism or sandbox_mechanism())
+    visible = _named_paths(code) if visible is None else list(visible)
     own = scratch is None
     folder = tempfile.mkdtemp(prefix="evolver-sbx-") if own else str(Path(scratch).resolve())
-    guard = [_THIS, "--guard", folder] if mechanism == "audit" else []
-    argv = _wrap(mechanism, [sys.executable, "-B", *guard, "-c", code], folder, memory_mb)
-    proc = subprocess.Popen(argv, cwd=folder, env=_base_env(folder, env), start_new_session=True,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    cmd = [*_own_code("guard"), folder, "-c", code] if mechanism == "audit" else [_PYTHON, "-B", "-c", code]
+    try:
+        proc, cgroup = _start(cmd, folder, memory_mb, env, mechanism,
+                              [*visible, *_pythonpath(env)], pids, subprocess.PIPE)
+    except BaseException:
+        if own:
+            shutil.rmtree(folder, ignore_errors=True)
+        raise
     err = _Capture(proc.stderr)
     err.start()
-    return Session(proc, err, folder, own, mechanism)
+    return Session(proc, err, folder, own, mechanism, cgroup)
 
 
 # --- inside the sandbox: namespace setup (run as root inside `unshare`) -------------------------------------
 
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REMOUNT, _MS_BIND = 1, 2, 4, 8, 32, 4096
+_MS_REC, _MS_PRIVATE, _MNT_DETACH = 16384, 1 << 18, 2
 _DEVICES = {"null": (1, 3), "zero": (1, 5), "full": (1, 7), "random": (1, 8), "urandom": (1, 9), "tty": (5, 0)}
+_SYS_PIVOT_ROOT = {"x86_64": 155, "amd64": 155, "aarch64": 41, "arm64": 41, "riscv64": 41, "loongarch64": 41,
+                   "ppc64le": 203, "ppc64": 203, "s390x": 217, "i686": 217, "i386": 217, "armv7l": 218}
 
 
-def _ns_setup(scratch: str, limit_kb: int, cmd: list[str]):
+def _ns_setup(spec: dict, cmd: list[str]):
     import ctypes
     import resource
     import stat
     libc = ctypes.CDLL(None, use_errno=True)
+    scratch, limit_kb = spec["scratch"], int(spec["limit_kb"])
+
+    def check(ret, what):
+        if ret != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"{what}: {os.strerror(err)}")
 
     def mount(src, target, fstype, flags, data=None):
         enc = lambda s: s.encode() if s is not None else None  # noqa: E731
-        if libc.mount(enc(src), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, f"mount {target}: {os.strerror(err)}")
+        check(libc.mount(enc(src), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)), f"mount {target}")
 
-    mount("tmpfs", "/dev", "tmpfs", _MS_NOSUID | _MS_NOEXEC, "size=1m,mode=755")
+    def pivot_root(new, old):
+        number = _SYS_PIVOT_ROOT.get(os.uname().machine)
+        if number is None:
+            raise OSError(f"pivot_root: unknown syscall number on {os.uname().machine}")
+        check(libc.syscall(ctypes.c_long(number), new.encode(), old.encode()), "pivot_root")
+
+    # An empty root (tmpfs at /tmp, moved to / by pivot_root: the host tree is then at /oldroot, its own /tmp
+    # uncovered), filled with the view's mounts under /newroot, which becomes / in turn.
+    mount(None, "/", None, _MS_REC | _MS_PRIVATE)
+    mount("tmpfs", "/tmp", "tmpfs", _MS_NOSUID | _MS_NODEV, "size=1m,mode=755")
+    os.chdir("/tmp")
+    os.mkdir("newroot", 0o755)
+    mount("newroot", "newroot", None, _MS_BIND | _MS_REC)
+    os.mkdir("oldroot", 0o755)
+    pivot_root("/tmp", "oldroot")
+    os.chdir("/")
+    new = "/newroot"
+    os.mkdir(f"{new}/dev", 0o755)
+    mount("tmpfs", f"{new}/dev", "tmpfs", _MS_NOSUID | _MS_NOEXEC, "size=1m,mode=755")
     for name, (major, minor) in _DEVICES.items():
-        os.mknod(f"/dev/{name}", 0o666 | stat.S_IFCHR, os.makedev(major, minor))
-        os.chmod(f"/dev/{name}", 0o666)
+        os.mknod(f"{new}/dev/{name}", 0o666 | stat.S_IFCHR, os.makedev(major, minor))
+        os.chmod(f"{new}/dev/{name}", 0o666)
     for i, name in enumerate(("stdin", "stdout", "stderr")):
-        os.symlink(f"/proc/self/fd/{i}", f"/dev/{name}")
-    os.symlink("/proc/self/fd", "/dev/fd")
-    os.mkdir("/dev/shm")
-    os.chmod("/dev/shm", 0o1777)
-    mount(scratch, scratch, None, _MS_BIND)  # its own mount, so it can stay writable below
+        os.symlink(f"/proc/self/fd/{i}", f"{new}/dev/{name}")
+    os.symlink("/proc/self/fd", f"{new}/dev/fd")
+    os.mkdir(f"{new}/dev/shm")
+    os.chmod(f"{new}/dev/shm", 0o1777)
+    os.mkdir(f"{new}/proc", 0o555)
+    mount("proc", f"{new}/proc", "proc", _MS_RDONLY | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)  # this pid namespace's
+    for kind, src, dest in spec["mounts"]:
+        target = new + dest
+        if kind == "link":
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            os.symlink(src, target)
+        elif kind in ("ro", "rw"):
+            source = "/oldroot" + src
+            if os.path.isdir(source):
+                os.makedirs(target, exist_ok=True)
+            else:
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                if not os.path.lexists(target):
+                    open(target, "x").close()
+            mount(source, target, None, _MS_BIND | _MS_REC)
+        elif kind == "hide-dir":
+            mount("tmpfs", target, "tmpfs", _MS_RDONLY | _MS_NOSUID | _MS_NODEV, "size=4k,mode=555")
+        elif kind == "hide-file":
+            mount(f"{new}/dev/null", target, None, _MS_BIND)
+    mount(None, "/oldroot", None, _MS_REC | _MS_PRIVATE)
+    check(libc.umount2(b"/oldroot", _MNT_DETACH), "umount /oldroot")
+    os.chdir(new)
+    pivot_root(".", ".")
+    check(libc.umount2(b".", _MNT_DETACH), "umount the old root")
+    os.chdir("/")
     with open("/proc/self/mountinfo") as f:
         points = [re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), line.split()[4]) for line in f]
     for point in points:
         if point in (scratch, "/dev") or point.startswith("/dev/"):
             continue
-        kept = os.statvfs(point).f_flag & (_MS_NOSUID | _MS_NODEV | _MS_NOEXEC)  # same bits as ST_*
-        mount(None, point, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | kept)
+        flags = os.statvfs(point).f_flag  # ST_* bits, the same as MS_*
+        if not flags & _MS_RDONLY:  # the covers and /proc were mounted read-only already
+            kept = flags & (_MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+            mount(None, point, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | kept)
     with open("/proc/sys/kernel/cap_last_cap") as f:
         last_cap = int(f.read())
     for cap in range(last_cap + 1):  # without CAP_SYS_ADMIN the script cannot undo any of the above
@@ -420,12 +961,25 @@ def _install_guard(scratch: str):
         os.write(2, f"{DENY_PREFIX} {event} {detail}\n".encode(errors="replace"))
         raise PermissionError(errno.EACCES, f"evolver sandbox denied {event}", str(detail))
 
+    trusted = tuple(os.path.join(os.path.realpath(p), "") for p in (sys.prefix, sys.base_prefix, sys.exec_prefix,
+                                                                    os.path.dirname(_THIS)))
+
+    def foreign_proc(path) -> bool:
+        """``/proc/PID/...`` of another process (its environ holds the parent's secrets)."""
+        if path is None or isinstance(path, int):
+            return False
+        path = os.fsdecode(path)
+        if path.startswith(trusted):  # imports: no link there leads to /proc (the guard denies making one)
+            return False
+        m = re.match(r"/proc/(\d+)(?:/|$)", os.path.realpath(path))
+        return bool(m) and int(m[1]) != os.getpid() and not os.path.exists(f"/proc/self/task/{m[1]}")
+
     def check(event: str, args: tuple):
         if event == "open":
             path, mode, flags = args
             writing = bool(mode and set(str(mode)) & set("wax+")) or bool(isinstance(flags, int)
                                                                            and flags & write_flags)
-            if writing and not inside(path):
+            if writing and not inside(path) or foreign_proc(path):
                 deny(event, path)
         elif event in _PATH_EVENTS:
             for i, fd_i in _PATH_EVENTS[event]:
@@ -465,6 +1019,14 @@ def _install_guard(scratch: str):
 
     sys.addaudithook(hook)
 
+    def stay(name):  # no audit event for these: leaving the process group would outlive the sandbox's kill
+        def denied(*args):
+            deny(f"os.{name}", args)
+        return denied
+    for name in ("setsid", "setpgid", "setpgrp"):
+        if hasattr(os, name):
+            setattr(os, name, stay(name))
+
 
 def _guard_main(argv: list[str]):
     import runpy
@@ -481,8 +1043,12 @@ def _guard_main(argv: list[str]):
         runpy.run_path(target, run_name="__main__")
 
 
+def _main(argv: list[str]):
+    if argv[0] == "--ns-setup":
+        _ns_setup(json.loads(argv[1]), argv[3:])
+    elif argv[0] == "--guard":
+        _guard_main(argv[1:])
+
+
 if __name__ == "__main__":
-    if sys.argv[1] == "--ns-setup":
-        _ns_setup(sys.argv[2], int(sys.argv[3]), sys.argv[5:])
-    elif sys.argv[1] == "--guard":
-        _guard_main(sys.argv[2:])
+    _main(sys.argv[1:])

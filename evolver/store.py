@@ -21,7 +21,7 @@ from typing import Any
 import duckdb
 
 from evolver import plugins, store_schema
-from evolver.errors import EvolverError, QueryError, StoreLockedError
+from evolver.errors import EvolverError, QueryError, StoreIOError, StoreLockedError
 from evolver.store_schema import dumps
 from evolver.types import Episode, Evaluation, Step, Task
 
@@ -31,11 +31,34 @@ FRONTIER_EVENTS = ("admit", "evict", "reject", "seed")
 _EP_SELECT = ("episode_id, run_id, program_id, program_hash, model, seed, purpose, score, won, rewards, "
               "prediction, error, wall_s, model_s, task, prompt_tokens, completion_tokens")
 _STEP_SELECT = ("episode_id, idx, prompt, output, action, observation, reward, prompt_tokens, "
-                "completion_tokens, tool_calls, latency_s, error")
+                "completion_tokens, tool_calls, latency_s, error, monitor")
 
 
 class StoreLookupError(EvolverError, LookupError):
     """No such (or an ambiguous) run, episode, program or proposal."""
+
+
+
+
+_DISK_FULL = ("no space left on device", "file too large", "disk quota exceeded")
+_DAMAGED = ("corrupt", "not a valid duckdb database", "checksum", "invalid database", "serialization error",
+            "failed to read", "could not read enough bytes")
+
+
+def _io_error(path: Path, exc: BaseException) -> StoreIOError | None:
+    """A DuckDB error that means a full disk or a damaged file, as a message that says what to do; None
+    for any other error (a bug, or the caller's SQL), which stays as it is."""
+    msg = " ".join(str(exc).split())
+    low = msg.lower()
+    if any(s in low for s in _DISK_FULL):
+        return StoreIOError(f"cannot write the store {path}: the disk is full or over a quota ({msg[:300]}). "
+                            "Free space there (or choose a --store on a bigger disk); what was recorded before "
+                            "stays, and `evolver run --resume` continues a run where it stopped")
+    if any(s in low for s in _DAMAGED):
+        return StoreIOError(f"the store {path} is damaged and cannot be read ({msg[:300]}). Restore it from a "
+                            f"backup, or move it aside (mv {path} {path}.damaged, and its .wal file if there is "
+                            "one) to start a new store; the programs/ repository beside it is separate")
+    return None
 
 
 def _now() -> datetime:
@@ -55,7 +78,13 @@ def _locked(fn):
         with self._lock:
             if self._con is None:
                 raise EvolverError(f"the store {self.path} is closed")
-            return fn(self, *args, **kwargs)
+            try:
+                return fn(self, *args, **kwargs)
+            except duckdb.Error as exc:
+                clear = _io_error(self.path, exc)
+                if clear is None:
+                    raise
+                raise clear from exc
     return wrapper
 
 
@@ -74,8 +103,11 @@ class Store:
         self._con = self._connect()
         try:
             self._migrate()
-        except BaseException:
+        except BaseException as exc:
             self._con.close()
+            clear = _io_error(self.path, exc) if isinstance(exc, duckdb.Error) else None
+            if clear is not None:
+                raise clear from exc
             raise
 
     def _connect(self) -> duckdb.DuckDBPyConnection:
@@ -87,7 +119,10 @@ class Store:
         except duckdb.IOException as e:
             msg = str(e)
             if "lock" not in msg.lower():
-                raise
+                clear = _io_error(self.path, e)
+                if clear is None:
+                    raise
+                raise clear from e
             m = re.search(r"held in (.*?) \(PID (\d+)\)", msg)
             who = f"another process (PID {m.group(2)}, {m.group(1)})" if m else "another process"
             stop = f"stop it (kill {m.group(2)})" if m else "stop it"
@@ -99,6 +134,11 @@ class Store:
             raise StoreLockedError(
                 f"the store {self.path} is already open in this process with read_only="
                 f"{not self.read_only}; close that Store first ({e})") from None
+        except duckdb.Error as e:  # a damaged file (checksum, WAL) or a full disk: say which and what to do
+            clear = _io_error(self.path, e)
+            if clear is None:
+                raise
+            raise clear from e
 
     def _migrate(self) -> None:
         """The core migrations, then those of every loaded plugin (hook ``register_migrations``)."""
@@ -250,11 +290,11 @@ class Store:
         rows = self._con.execute(
             f"SELECT {_STEP_SELECT} FROM steps WHERE episode_id IN (SELECT unnest($1::VARCHAR[])) "
             "ORDER BY episode_id, idx", [list(by_id)]).fetchall()
-        for eid, idx, prompt, output, action, obs, reward, ptok, ctok, tools, lat, err in rows:
+        for eid, idx, prompt, output, action, obs, reward, ptok, ctok, tools, lat, err, verdict in rows:
             by_id[eid].steps.append(Step(index=idx, prompt=prompt, output=output, action=action,
                                          observation=obs, reward=reward, prompt_tokens=ptok,
                                          completion_tokens=ctok, tool_calls=_loads(tools) or [],
-                                         latency_s=lat, error=err))
+                                         latency_s=lat, error=err, monitor=_loads(verdict)))
 
     @_locked
     def cached(self, keys: list[str], purpose: str | None = None) -> dict[str, Episode]:
@@ -398,6 +438,17 @@ class Store:
     def proposals(self, run_id: str | None = None) -> list[dict]:
         return self._dicts("SELECT * FROM proposals WHERE (? IS NULL OR run_id = ?) ORDER BY created_at, rowid",
                            [run_id, run_id])
+
+    @_locked
+    def monitor_counts(self, run_id: str) -> dict[str, dict[str, int]]:
+        """Per program, the steps of this run's episodes that the online monitor flagged, confirmed
+        and blocked (``steps.monitor``)."""
+        rows = self._con.execute(
+            "SELECT e.program_id, count(*), count(*) FILTER (WHERE s.monitor->>'confirmed' = 'true'), "
+            "count(*) FILTER (WHERE s.monitor->>'blocked' = 'true') FROM steps s JOIN episodes e USING (episode_id) "
+            "WHERE e.run_id = ? AND s.monitor IS NOT NULL AND s.monitor::VARCHAR <> 'null' "
+            "GROUP BY e.program_id ORDER BY e.program_id", [run_id]).fetchall()
+        return {pid: {"flagged": f, "confirmed": c, "blocked": b} for pid, f, c, b in rows}
 
     # -- evaluations, frontier, iterations, training -------------------------------------------
 

@@ -188,7 +188,12 @@ def m002_autoskill(con) -> None:
     recorded number this list lacks reads as a store from a newer evolver."""
 
 
-MIGRATIONS: list[Callable] = [m001_initial, m002_autoskill]
+def m003_step_monitor(con) -> None:
+    """The online monitor's verdict on a step (``Step.monitor``): NULL when it flagged nothing."""
+    con.execute("ALTER TABLE steps ADD COLUMN monitor JSON")
+
+
+MIGRATIONS: list[Callable] = [m001_initial, m002_autoskill, m003_step_monitor]
 
 # How an Episode and its Steps become rows: (column, DuckDB type, staging kind, getter), in table
 # order. Kinds: "s" text, "j" JSON text, "i" int64, "f" float64, "b" bool; a getter of None marks a
@@ -222,7 +227,7 @@ STEP_COLUMNS = [
     ("reward", "DOUBLE", "f", _g("reward")), ("prompt_tokens", "INTEGER", "i", _g("prompt_tokens")),
     ("completion_tokens", "INTEGER", "i", _g("completion_tokens")),
     ("tool_calls", "JSON", "j", _g("tool_calls")), ("latency_s", "DOUBLE", "f", _g("latency_s")),
-    ("error", "VARCHAR", "s", _g("error")),
+    ("error", "VARCHAR", "s", _g("error")), ("monitor", "JSON", "j", _g("monitor")),
 ]
 
 

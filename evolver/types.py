@@ -33,6 +33,15 @@ class Task:
     prompt: str = ""
     gold: Any = None
     meta: dict = field(default_factory=dict)
+    #: This task's step limit (None: the benchmark's ``max_steps``); tool calls do not count.
+    max_steps: int | None = None
+    #: What the harness should know about presenting this task (over the benchmark's ``harness_hints``):
+    #: ``preset`` ("text-game", "chat", "tool-calling"), ``system_prompt``, ``observation_tokens``,
+    #: ``reply_tokens``. See ``evolver.benchmarks.base`` for what the seed harness does with each.
+    hints: dict = field(default_factory=dict)
+    #: Tools the agent may call, as JSON schemas in the OpenAI function format
+    #: (``{"type": "function", "function": {"name", "description", "parameters"}}``); None: no tools.
+    tools: list[dict] | None = None
 
 
 @dataclass
@@ -68,6 +77,10 @@ class GenRequest:
     stop: list[str] | None = None
     seed: int | None = None
     logprobs: bool = False  # ask local backends for prompt/completion ids and per-token log-probs
+    #: Tools the model may call (OpenAI function schemas). A backend with native tool calling passes
+    #: them on and returns the calls in ``GenResult.tool_calls``; others ignore them (the harness also
+    #: describes the tools in the prompt and parses a call from the text).
+    tools: list[dict] | None = None
     #: Replies that are likely (a written choice's options): a local backend may check their tokens
     #: as drafts while decoding. The reply is the same with or without them; only its speed changes.
     drafts: list[str] | None = None
@@ -89,6 +102,9 @@ class GenResult:
     completion_ids: list[int] | None = None
     logprobs: list[float] | None = None
     error: str | None = None
+    #: Structured tool calls from a backend with native tool calling: ``[{"name", "arguments"}]``,
+    #: ``arguments`` a dict (or the raw string when it was not valid JSON).
+    tool_calls: list[dict] | None = None
 
 
 @dataclass
@@ -142,6 +158,9 @@ class Step:
     tool_calls: list[dict] = field(default_factory=list)
     latency_s: float = 0.0
     error: str | None = None
+    #: The online monitor's verdict when it flagged this step (evolver/monitor.py ``StepMonitor``):
+    #: ``{"rules": [...], "confirmed": bool, "blocked": bool, "judge": reply}``; None when unflagged.
+    monitor: dict | None = None
     #: RL only, never stored: when the backend returned token ids (``GenRequest.logprobs``), the
     #: exact ``prompt_ids``, ``completion_ids`` and ``logprobs`` of this call plus ``state`` (the
     #: observation the action answered), so a trainer never re-renders a prompt.
@@ -169,6 +188,9 @@ class Episode:
     run_id: str = ""
     purpose: str = "eval"  # "train" batch rollout, "eval" on a split, "smoke"
     cached: bool = False
+    #: The step limit it was played under (0: not set): part of the cache key, so an evaluation under
+    #: another ``max_steps`` (``--set benchmark_options.max_steps``) plays again instead of reusing it.
+    max_steps: int = 0
 
     # Totals over steps, kept as fields so an episode loaded without its steps still has them.
     prompt_tokens: int = 0
@@ -181,7 +203,8 @@ class Episode:
 
     @property
     def cache_key(self) -> str:
-        return stable_hash(self.program_hash, self.task.benchmark, self.task.id, self.model, self.seed)
+        key = (self.program_hash, self.task.benchmark, self.task.id, self.model, self.seed)
+        return stable_hash(*key, self.max_steps) if self.max_steps else stable_hash(*key)
 
 
 @dataclass

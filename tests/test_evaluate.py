@@ -142,3 +142,20 @@ def test_a_finished_episode_frees_its_slot_for_the_next_at_once(tmp_path):
     assert sizes == [2, 2, 2, 2, 1]
     assert [len(e.steps) for e in eps] == [1, 5, 1, 1, 1] and all(e.score == 1.0 for e in eps)
     assert order == ["steps/0", "steps/2", "steps/3", "steps/4", "steps/1"]  # each reported when it ends
+
+
+def test_the_cache_key_holds_the_step_limit_an_episode_was_played_under(tmp_path):
+    from evolver.store import Store
+
+    store = Store(tmp_path / "s.duckdb")
+    prog = program_context(program(tmp_path))
+    short, long = StepsBench(), StepsBench()
+    short.max_steps, long.max_steps = 3, 5
+    task = short.tasks("dev")[1:2]  # ends after 5 actions
+    backend = ScriptedBackend(answers=["wait"] * 200)
+    first = run_episodes(prog, short, backend, task, store=store)
+    again = run_episodes(prog, short, backend, task, store=store)
+    other = run_episodes(prog, long, backend, task, store=store)
+    assert len(first[0].steps) == 3 and again[0].cached and again[0].id == first[0].id  # same limit: cached
+    assert not other[0].cached and len(other[0].steps) == 5 and other[0].score == 1.0  # another: played
+    store.close()

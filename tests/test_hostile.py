@@ -64,7 +64,9 @@ def register_proposers(register):
 
 
 @pytest.mark.parametrize("sandboxed, monitor", [(True, "off"), (False, "off"), (True, "rules")])
-def test_hostile_candidates_score_what_they_earned_and_leave_the_evaluator_alone(tmp_path, sandboxed, monitor):
+def test_hostile_candidates_score_what_they_earned_and_leave_the_evaluator_alone(tmp_path, sandboxed, monitor,
+                                                                                 monkeypatch):
+    monkeypatch.setenv("EVOLVER_ALLOW_AUDIT_SANDBOX", "1")  # where only the audit fallback exists, use it anyway
     import toybench
     escape = tmp_path / "escaped.txt"
     audit, call_s = evolver.checks.audit_leakage, evolver.evaluate.HARNESS_CALL_S
@@ -88,7 +90,8 @@ def test_hostile_candidates_score_what_they_earned_and_leave_the_evaluator_alone
                 assert outcome[what]["reason"].startswith("monitor: harness/harness.py:")
             assert "[introspection] import gc" in stolen["reason"]
             escaped = outcome["writes outside its folder while playing"]  # the sandbox stops this one
-            assert escaped["status"] == "rejected" and "Read-only file system" in escaped["reason"]
+            assert escaped["status"] == "rejected"
+            assert any(how in escaped["reason"] for how in ("Read-only file system", "evolver sandbox denied open"))
             assert not escape.exists()
         elif sandboxed:
             assert stolen["status"] != "admitted" and summary["best"] == "seed"

@@ -1,6 +1,7 @@
 """End to end through the core loop with scripted roles and a deterministic benchmark."""
 from pathlib import Path
 
+import pytest
 
 from evolver import plugins
 from evolver.config import Config, RoleConfig
@@ -51,6 +52,7 @@ def test_a_skill_that_helps_is_admitted_tagged_and_logged(tmp_path):
         assert [i["status"] for i in its] == ["finished", "finished"]
         report = Path(summary["report"]).read_text()
         assert "| seed (baseline) | 0.000" in report and "shout-words" in report
+        assert "## Monitor" in report and "No action or tool call was flagged." in report
     finally:
         store.close()
 
@@ -134,6 +136,43 @@ def test_broken_candidates_are_rejected_with_their_reasons_and_the_run_goes_on(t
         assert summary["best"] == "seed"
         # patience 1: the first iteration admitted nothing, so no second one started
         assert [i["iteration"] for i in store.iterations(run.id)] == [0]
+    finally:
+        run.close()
+        store.close()
+
+
+DAMAGED_PROPOSER = '''
+from evolver import RepoDamagedError, StoreIOError, hookimpl
+
+class Damaged:
+    def __init__(self, run, **_):
+        pass
+
+    def propose(self, ctx):
+        ctx.new_draft("create", "meets a damaged repository")
+        raise %s("the program repository is damaged")
+
+@hookimpl
+def register_proposers(register):
+    register("damaged", Damaged)
+'''
+
+
+@pytest.mark.parametrize("error", ["RepoDamagedError", "StoreIOError"])
+def test_a_damaged_repository_or_store_met_by_a_proposer_stops_the_run(tmp_path, error):
+    import toybench
+    import evolver
+    plugin = tmp_path / "damaged.py"
+    plugin.write_text(DAMAGED_PROPOSER % error)
+    plugins.load_local(plugin)
+    plugins.load_local(TOY)
+    cfg = make_config(tmp_path, toybench.make_rule(), iterations=2)
+    cfg.proposers = ["damaged"]
+    store = Store(Path(cfg.store) / "evolver.duckdb")
+    run = Run(cfg, store, ProgramRepo(Path(cfg.store)))
+    try:  # a proposer's ordinary failure rejects its drafts and the run goes on; this one is systemic
+        with pytest.raises(getattr(evolver, error), match="damaged"):
+            run_loop(run)
     finally:
         run.close()
         store.close()

@@ -67,3 +67,107 @@ def test_the_judge_confirms_intent_and_an_unclear_reply_fails_closed(tmp_path):
     assert "gc.get_objects" in judge.calls[0].messages[0].content  # the judge sees the flagged code
     assert review(judge, child, parent, mode="rules").startswith("monitor: harness/harness.py:")
     assert review(judge, child, parent, mode="off") == "" and len(judge.calls) == 3
+
+
+# -- online: every step of every episode ------------------------------------------------------------
+
+from evolver.monitor import BLOCKED, StepMonitor, flag_text  # noqa: E402
+
+
+class ScriptedJudge:
+    def __init__(self, reply):
+        self.reply, self.prompts = reply, []
+
+    def generate(self, requests):
+        from evolver.types import GenResult
+        self.prompts += [r.messages[-1].content for r in requests]
+        if isinstance(self.reply, Exception):
+            raise self.reply
+        return [GenResult(text=self.reply) for _ in requests]
+
+
+def test_step_rules_read_actions_as_prose_and_tool_calls_as_code():
+    assert flag_text("take the gold coin") == []  # a game's words
+    assert flag_text("cat ../store/evolver.duckdb") == ["store", "protected-path"]
+    monitor = StepMonitor("rules")
+    assert monitor.check("open the door") is None
+    assert monitor.check(tool="run_skill", args=["calc", "solve.py", "3 gold coins and 4"]) is None
+    hack = monitor.check(tool="run_skill", args=["calc", "solve.py", "vars(task)['gold']"])
+    assert hack["blocked"] and set(hack["rules"]) >= {"introspection", "gold-field"}
+    assert monitor.counts == {"flagged": 1, "confirmed": 1, "blocked": 1}
+
+
+@pytest.mark.parametrize("reply, blocked", [("NO, it reads the game's own map", False),
+                                            ("YES: it reads the store", True),
+                                            ("hmm", True),  # neither yes nor no: fail closed
+                                            (RuntimeError("judge down"), True)])
+def test_the_judge_confirms_a_flagged_step_and_fails_closed(reply, blocked):
+    judge = ScriptedJudge(reply)
+    verdict = StepMonitor("judge", lambda: judge).check("read /etc/passwd")
+    assert verdict["blocked"] is blocked and verdict["rules"] == ["protected-path"]
+    assert judge.prompts and "read /etc/passwd" in judge.prompts[0]
+    assert StepMonitor("judge", judge).check("go north") is None and len(judge.prompts) == 1  # unflagged: no call
+
+
+class TwoStepEnv:
+    """Two steps: the first action is scored and the episode goes on; "finish" ends it."""
+
+    def __init__(self, task):
+        self.task, self.seen = task, []
+
+    def reset(self):
+        from evolver.types import Observation
+        return Observation(self.task.prompt, actions=["finish"])
+
+    def step(self, action):
+        from evolver.types import Observation
+        self.seen.append(action)
+        done = action == "finish"
+        return Observation("ok" if done else f"you did {action}", score=1.0 if done else 0.0, done=done,
+                           actions=["finish"])
+
+    def close(self):
+        pass
+
+
+def test_a_blocked_action_is_not_played_the_episode_goes_on_and_the_verdict_is_stored(tmp_path):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    import toybench
+    from evolver.backends.scripted import ScriptedBackend
+    from evolver.evaluate import run_episodes
+    from evolver.harness import program_context
+    from evolver.loop import seed_files
+    from evolver.programs import content_hash
+    from evolver.store import Store
+    from evolver.types import Program
+
+    envs = []
+
+    class Bench(toybench.UpperBench):
+        max_steps = 4
+
+        def env(self, task):
+            envs.append(TwoStepEnv(task))
+            return envs[-1]
+
+    root = tmp_path / "p"
+    shutil.copytree(seed_files(), root)
+    hfile = root / "harness" / "harness.py"  # play what the model writes, as a shell-like benchmark would
+    hfile.write_text(hfile.read_text().replace("CHOOSE_ACTIONS = True", "CHOOSE_ACTIONS = False"))
+    prog = Program("p", "", str(root), content_hash(root), {})
+    store = Store(tmp_path / "s.duckdb")
+    backend = ScriptedBackend(answers=["cat ../store/evolver.duckdb", "finish"])
+    monitor = StepMonitor("rules")
+    (ep,) = run_episodes(program_context(prog), Bench(), backend, Bench().tasks("dev")[:1], store=store,
+                         step_monitor=monitor)
+    assert envs[0].seen == ["finish"]  # the hack never reached the environment
+    first, second = ep.steps
+    assert first.observation == BLOCKED and first.monitor["blocked"] and "store" in first.monitor["rules"]
+    assert second.monitor is None and ep.score == 1.0  # the episode went on and was scored
+    back = store.episode(ep.id)
+    assert back.steps[0].monitor == first.monitor and back.steps[1].monitor is None
+    assert store.monitor_counts(ep.run_id) == {"p": {"flagged": 1, "confirmed": 1, "blocked": 1}}
+    store.close()

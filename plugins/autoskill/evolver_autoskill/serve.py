@@ -326,6 +326,9 @@ def bind(host: str, port: int) -> socket.socket:
         sock.close()
         raise OSError(f"cannot listen on {host}:{port} ({exc.strerror}); "
                       "pick another --port (0 = any free one)") from None
+    # Listen now, not when uvicorn starts: a client that read the printed address may connect at once,
+    # and its connection must wait in the backlog rather than be refused.
+    sock.listen(2048)
     return sock
 
 

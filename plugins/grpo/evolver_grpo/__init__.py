@@ -10,11 +10,20 @@ from evolver import hookimpl
 __version__ = "0.1.0"
 
 
-@hookimpl
-def register_trainers(register):
+def grpo_trainer(run, options: dict | None = None, progress=None):
+    """A :class:`evolver_grpo.trainer.GRPOTrainer`, imported when a run builds it: registering the trainer
+    imports no torch, so `evolver plugins` and `evolver --help` stay fast."""
     from evolver_grpo.trainer import GRPOTrainer
 
-    register("grpo", GRPOTrainer, description="GRPO and variants (RLOO, GDPO, GD2PO, DVAO, GiGPO, TACO), "
+    return GRPOTrainer(run, options, progress=progress)
+
+
+grpo_trainer.flag = False  # Trainer.flag, read from the registered factory: GRPO is the plain default
+
+
+@hookimpl
+def register_trainers(register):
+    register("grpo", grpo_trainer, description="GRPO and variants (RLOO, GDPO, GD2PO, DVAO, GiGPO, TACO), "
              "step-wise on multi-turn episodes, with the program's skills in the prompt")
 
 

@@ -1,6 +1,8 @@
 """GRPO options: ``[plugins.grpo]`` in evolver.toml, or ``--set plugins.grpo.KEY=VALUE``."""
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from evolver import ConfigError
@@ -30,6 +32,10 @@ class GRPOConfig(BaseModel):
     reward_weights: dict[str, float] = Field(default_factory=dict)
     format_rewards: list[str] = Field(default_factory=list)  # "eos", "regex"
     format_regex: str | None = None
+    # steps the online monitor blocked (evolver/monitor.py): "penalise" subtracts monitor_penalty from the
+    # episode's score reward, "mask" keeps the rollout but trains none of its blocked steps, "keep" ignores them
+    monitor_flags: Literal["penalise", "mask", "keep"] = "penalise"
+    monitor_penalty: float = 1.0
     dynamic_sampling: bool = False  # replace zero-variance groups with fresh tasks (DAPO)
     max_resample_rounds: int = 2
     gd2po_mode: str = "hard"

@@ -47,20 +47,28 @@ def format_rewards(ep: Episode, names: list[str], eos_ids: set[int], regex: str 
 
 def collect(episodes: list[Episode], group_of: list[str], *, format_names: list[str] = (),
             eos_ids: set[int] = frozenset(), format_regex: str | None = None,
-            reward_names: list[str] | None = None) -> tuple[list[Trajectory], list[Sample]]:
+            reward_names: list[str] | None = None, monitor_flags: str = "keep",
+            monitor_penalty: float = 1.0) -> tuple[list[Trajectory], list[Sample]]:
     """Trajectories (one per episode, in order) and their samples.
 
     An episode that failed before any model call still counts in its group (score 0, no samples).
-    ``reward_names`` keeps only these rewards (default: all the episode reports, ``score`` first)."""
+    ``reward_names`` keeps only these rewards (default: all the episode reports, ``score`` first).
+    Steps the online monitor blocked (``Step.monitor``): ``monitor_flags`` "penalise" takes
+    ``monitor_penalty`` off the episode's score reward, "mask" trains none of those steps (the rest of
+    the rollout still counts), "keep" treats them as any other step."""
     trajs, samples = [], []
     for i, (ep, group) in enumerate(zip(episodes, group_of)):
         rewards = {"score": float(ep.score), **{k: float(v) for k, v in ep.rewards.items() if k != "score"}}
         if ep.error:  # a crashed episode keeps its 0 score; sub-rewards from before the crash do not count
             rewards = {k: 0.0 for k in rewards}
         rewards.update(format_rewards(ep, list(format_names), eos_ids, format_regex))
+        blocked = {s.index for s in ep.steps if s.monitor and s.monitor.get("blocked")}
+        if blocked and monitor_flags == "penalise":
+            rewards["score"] = rewards.get("score", 0.0) - monitor_penalty
         if reward_names:
             rewards = {k: rewards.get(k, 0.0) for k in reward_names}
-        calls = [s for s in ep.steps if s.sample and s.sample.get("completion_ids")]
+        calls = [s for s in ep.steps if s.sample and s.sample.get("completion_ids")
+                 and not (monitor_flags == "mask" and s.index in blocked)]
         trajs.append(Trajectory(group=group, rewards=rewards, states=[str(s.sample.get("state", "")) for s in calls]))
         for k, s in enumerate(calls):
             samples.append(Sample(list(s.sample["prompt_ids"]), list(s.sample["completion_ids"]),

@@ -120,7 +120,8 @@ class GRPOTrainer(Trainer):
     def _collect(self, episodes, group_of):
         cfg = self.cfg
         return collect(episodes, group_of, format_names=cfg.format_rewards, eos_ids=self.engine.eos_ids,
-                       format_regex=cfg.format_regex, reward_names=cfg.rewards)
+                       format_regex=cfg.format_regex, reward_names=cfg.rewards,
+                       monitor_flags=cfg.monitor_flags, monitor_penalty=cfg.monitor_penalty)
 
     # ------------------------------------------------------------------------------- one step
     def step(self, step: int) -> dict:
@@ -164,6 +165,7 @@ class GRPOTrainer(Trainer):
                "samples": len(samples), "trained_samples": len(train),
                "response_len": float(np.mean([len(s.completion_ids) for s in samples])) if samples else 0.0,
                "errors": sum(1 for e in episodes if e.error),
+               "monitor_blocked": sum(1 for e in episodes for st in e.steps if st.monitor and st.monitor.get("blocked")),
                "rewards": {k: float(np.mean([t.rewards.get(k, 0.0) for t in trajs]))
                            for k in adv_mod.reward_names(trajs)},
                **metrics, "rollout_s": t_rollout, "sync_s": t_sync}

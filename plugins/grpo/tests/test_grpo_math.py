@@ -142,3 +142,30 @@ def test_bad_options_say_what_is_known():
     with pytest.raises(ConfigError, match="choose from"):
         load({"loss": "mean"})
     assert load({"estimator": "gigpo"}).estimator == "gigpo"
+
+
+def test_blocked_steps_are_penalised_or_masked_and_the_rollout_kept():
+    from evolver import Episode, Step, Task
+    from evolver_grpo.samples import collect
+
+    def episode(blocked):
+        ep = Episode(task=Task(id="t", benchmark="b", split="train", category="c", prompt="p", gold="g"),
+                     program_id="p", program_hash="h", model="m", seed=0, score=1.0)
+        for i in range(2):
+            step = Step(index=i, prompt="", output="", action="a", observation="o")
+            step.sample = {"prompt_ids": [1, 2], "completion_ids": [3 + i], "logprobs": None, "state": f"s{i}"}
+            step.monitor = {"rules": ["store"], "confirmed": True, "blocked": True} if blocked and i == 0 else None
+            ep.steps.append(step)
+        return ep
+
+    eps, groups = [episode(True), episode(False)], ["g", "g"]
+    trajs, samples = collect(eps, groups, monitor_flags="penalise", monitor_penalty=0.5)
+    assert [t.rewards["score"] for t in trajs] == [0.5, 1.0] and len(samples) == 4
+    trajs, samples = collect(eps, groups, monitor_flags="mask")
+    assert [t.rewards["score"] for t in trajs] == [1.0, 1.0]
+    assert [(s.traj, s.completion_ids) for s in samples] == [(0, [4]), (1, [3]), (1, [4])]
+    assert trajs[0].states == ["s1"]  # the masked step leaves the trajectory's states too
+    trajs, samples = collect(eps, groups, monitor_flags="keep")
+    assert [t.rewards["score"] for t in trajs] == [1.0, 1.0] and len(samples) == 4
+    with pytest.raises(ConfigError):
+        load({"monitor_flags": "ignore"})
