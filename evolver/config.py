@@ -122,7 +122,11 @@ class Config(Strict):
     benchmark: str = "twx"
     """Benchmark plugin name."""
     benchmark_options: dict[str, Any] = Field(default_factory=lambda: {"suite": "twx-easy"})
-    """Keyword arguments for the benchmark (twx: suite, games, max_steps)."""
+    """Keyword arguments for the benchmark (twx: suite, games, max_steps, jvm_pool; basic: categories).
+    Checked against the options the benchmark declares before any work. The default, ``suite = "twx-easy"``,
+    is twx's: another benchmark starts from none. Options set for the config file's benchmark are dropped
+    when an override (``--set benchmark=X``, ``evolver eval --benchmark X``) switches to another one;
+    ``--set benchmark_options.KEY=VALUE`` overrides always hold."""
     store: str = "store"
     """Workspace folder: evolver.duckdb, programs/ (git), worktrees/, reports/."""
     harness: str = "default"
@@ -143,6 +147,13 @@ class Config(Strict):
     loop: LoopConfig = Field(default_factory=LoopConfig)
     plugins: dict[str, dict[str, Any]] = Field(default_factory=dict)
     """Per-plugin options, e.g. ``[plugins.evoskill] mode = "single-call"``."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_options_are_twx(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "benchmark_options" not in data and data.get("benchmark", "twx") != "twx":
+            data = {**data, "benchmark_options": {}}  # the default options are twx's, not another benchmark's
+        return data
 
     @field_validator("roles")
     @classmethod
@@ -204,8 +215,13 @@ def load_config(path: str | Path | None = None, overrides: list[str] = (), base:
             raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
     elif path is not None and str(path) != "evolver.toml":
         raise ConfigError(f"config file {path} does not exist (create one with `evolver init`)")
-    for item in overrides:
-        keys, value = parse_override(item)
+    parsed = [(item, *parse_override(item)) for item in overrides]
+    switched_to = [value for _, keys, value in parsed if keys == ["benchmark"]]
+    if switched_to and switched_to[-1] != data.get("benchmark", Config.model_fields["benchmark"].default):
+        # The file's (or the default's) benchmark options are that benchmark's: another one starts from
+        # none, and only the overrides' benchmark_options apply to it.
+        data["benchmark_options"] = {}
+    for item, keys, value in parsed:
         cursor = data
         for k in keys[:-1]:
             cursor = cursor.setdefault(k, {})

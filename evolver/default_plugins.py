@@ -18,9 +18,17 @@ def _lazy(module: str, attr: str):
     return factory
 
 
+def basic_benchmark(categories: list[str] | None = None):
+    """The ``basic`` benchmark; its options are these parameters (checked before a run, see
+    ``evolver.plugins.check_benchmark``), the same as :class:`evolver.benchmarks.basic.BasicBenchmark`'s."""
+    from evolver.benchmarks.basic import BasicBenchmark
+
+    return BasicBenchmark(categories=categories)
+
+
 @hookimpl
 def register_benchmarks(register):
-    register("basic", _lazy("evolver.benchmarks.basic", "BasicBenchmark"),
+    register("basic", basic_benchmark,
              "zero-dependency fallback: arithmetic, unit conversion, 2-4 hop knowledge-base tool use")
 
 

@@ -114,9 +114,10 @@ def _run_skill_script(skill: Skill | None, script: str, args: list[str], stdin: 
     return res.stdout.strip() if res.returncode == 0 and not res.timed_out else ""
 
 
-def task_for_harness(task: Task) -> Task:
-    """The task as a harness gets it: without its gold answer (that is for the scorer and diagnosis)."""
-    return dataclasses.replace(task, gold=None)
+def task_for_harness(task: Task, hints: dict | None = None) -> Task:
+    """The task as a harness gets it: without its gold answer (that is for the scorer and diagnosis), its
+    ``hints`` over the benchmark's ``hints`` (``Benchmark.harness_hints``)."""
+    return dataclasses.replace(task, gold=None, hints={**(hints or {}), **(task.hints or {})})
 
 
 class HarnessLoadError(EvolverError):

@@ -17,7 +17,9 @@ def register_benchmarks(register):
     """Register benchmarks.
 
     :param register: ``register(name, factory, description="")``; ``factory(**options)`` returns a
-        :class:`evolver.benchmarks.base.Benchmark`.
+        :class:`evolver.benchmarks.base.Benchmark`. The options (the config's ``benchmark_options``) are
+        the factory's named parameters, checked before any work, an unknown one an error naming the
+        closest; a factory taking ``**options`` accepts any. ``description`` is what ``evolver plugins`` shows.
     """
 
 

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import importlib.machinery
 import importlib.metadata
 import importlib.util
+import inspect
 import os
 import sys
 import traceback
@@ -65,7 +67,10 @@ class Registry:
 
     def get(self, name: str) -> Entry:
         if name not in self.entries:
-            raise UnknownNameError(self.kind, name, list(self.entries), _install_hint(self.kind, name))
+            close = difflib.get_close_matches(name, list(self.entries), n=1, cutoff=0.6)
+            hint = "; ".join(filter(None, [f"did you mean {close[0]!r}?" if close else "",
+                                           _install_hint(self.kind, name) or _local_hint(self.kind)]))
+            raise UnknownNameError(self.kind, name, list(self.entries), hint)
         return self.entries[name]
 
     def names(self) -> list[str]:
@@ -85,6 +90,17 @@ def _install_hint(kind: str, name: str) -> str:
                 + (f": EVOLVER_PLUGINS={allowed!r} leaves it out" if left_out else ""))
     return (f"{kind} {name!r} comes with the evolver-{plugin} plugin, which is not installed: "
             f"pip install -e plugins/{plugin} (every first-party plugin: pip install -r plugins/requirements.txt)")
+
+
+def _local_hint(kind: str) -> str:
+    """Where a third-party ``kind`` comes from: a plugin file or folder, or an installed package."""
+    installed = sorted({ep.name for ep in importlib.metadata.entry_points(group=GROUP)})
+    allowed = os.environ.get("EVOLVER_PLUGINS")
+    only = None if allowed is None else {n.strip() for n in allowed.split(",") if n.strip()}
+    left_out = [n for n in installed if only is not None and n not in only]
+    return (f"a {kind} of your own loads with `evolver --plugin FILE|FOLDER ...` (or EVOLVER_PLUGIN_PATH); "
+            f"installed plugins (entry points in group {GROUP!r}): {', '.join(installed) or '(none)'}"
+            + (f" (EVOLVER_PLUGINS={allowed!r} leaves out {', '.join(left_out)})" if left_out else ""))
 
 
 _pm: pluggy.PluginManager | None = None
@@ -146,35 +162,70 @@ def _tail(tb: str, lines: int = 6) -> str:
 
 
 def load_local(path: str | Path, pm: pluggy.PluginManager | None = None) -> str:
-    """Load a plugin from a .py file or a folder (its ``__init__.py`` or every top-level .py)."""
+    """Load a plugin from a .py file or a folder.
+
+    A file is imported and registered; its folder goes on ``sys.path`` (appended), so it can import a
+    helper module beside it. A folder is a package: with an ``__init__.py``, the package is imported
+    (under its folder's name when that is free) and registered, its parent folder on ``sys.path``;
+    without one, the folder goes on ``sys.path`` and only its top-level modules whose source mentions
+    ``hookimpl`` are imported, each registered when it defines a hook implementation. Other files there
+    (helpers, scripts) are never run by the loader, only imported by the plugin's own ``import``."""
     pm = pm or manager()
     path = Path(path).resolve()
     if not path.exists():
         raise PluginError(f"plugin path {path} does not exist")
-    files = [path] if path.is_file() else ([path / "__init__.py"] if (path / "__init__.py").exists()
-                                            else sorted(path.glob("*.py")))
+    if path.is_file():
+        files, search = [path], path.parent
+    elif (path / "__init__.py").exists():
+        files, search = [path / "__init__.py"], path.parent
+    else:
+        files = [f for f in sorted(path.glob("*.py")) if "hookimpl" in f.read_text(errors="replace")]
+        search = path
+        if not files:
+            raise PluginError(f"plugin folder {path} has no module that defines hook implementations "
+                              "(@hookimpl functions); see docs/plugins.md")
+    if str(search) not in sys.path:
+        sys.path.append(str(search))
     name = f"local:{path}"
+    registered = 0
     for file in files:
-        mod_name = f"evolver_local_{abs(hash(str(file)))}"
-        try:
-            if file.name == "__init__.py":
-                spec = importlib.util.spec_from_file_location(
-                    mod_name, file, submodule_search_locations=[str(file.parent)])
-            else:
-                spec = importlib.util.spec_from_file_location(mod_name, file)
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[mod_name] = module
-            spec.loader.exec_module(module)
-        except (Exception, SystemExit) as exc:
-            raise PluginError(f"local plugin {file} failed to import: {exc!r}\n{_tail(traceback.format_exc())}") from exc
+        module = _import_file(file)
+        if not any(pm.parse_hookimpl_opts(module, attr) is not None for attr in dir(module)):
+            continue  # mentions hookimpl but implements no hook: a helper, not a plugin
         plugin_name = f"local:{file}"
+        registered += 1
         if pm.get_plugin(plugin_name) is None:
             pm.register(module, name=plugin_name)
             _check_hooks(pm, plugin_name)
+    if not registered:
+        raise PluginError(f"local plugin {path} defines no hook implementation (an @hookimpl function named "
+                          "after a hook in evolver/hookspecs.py); see docs/plugins.md")
     global _registries
     _registries = None  # registrations changed
     _local_loaded.append(str(path))
     return name
+
+
+def _import_file(file: Path):
+    """Import one plugin file: under its own name (its folder's, for a package) when that is free, so a
+    sibling module's ``import`` of it finds the same module; otherwise under a private name."""
+    package = file.name == "__init__.py"
+    own = file.parent.name if package else file.stem
+    here = str(file.parent.parent if package else file.parent)
+    elsewhere = [p for p in sys.path if p != here]  # a name an installed module has stays that module's
+    free = (own.isidentifier() and own not in sys.modules
+            and importlib.machinery.PathFinder.find_spec(own, elsewhere) is None)
+    mod_name = own if free else f"evolver_local_{abs(hash(str(file)))}"
+    try:
+        spec = importlib.util.spec_from_file_location(
+            mod_name, file, submodule_search_locations=[str(file.parent)] if package else None)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[mod_name] = module
+        spec.loader.exec_module(module)
+    except (Exception, SystemExit) as exc:
+        sys.modules.pop(mod_name, None)
+        raise PluginError(f"local plugin {file} failed to import: {exc!r}\n{_tail(traceback.format_exc())}") from exc
+    return module
 
 
 def manager() -> pluggy.PluginManager:
@@ -265,6 +316,8 @@ def make(kind: str, name: str, **options: Any) -> Any:
     """Build a registered ``kind`` (``"backend"``, ``"benchmark"``, ...) by name: ``factory(**options)``.
     Unknown names raise :class:`UnknownNameError` listing the known ones; rejected options, :class:`PluginError`."""
     entry = get(kind, name)
+    if kind == "benchmark":
+        check_benchmark(name, options)
     try:
         return entry.factory(**options)
     except TypeError as exc:
@@ -309,7 +362,41 @@ def check_config(config) -> None:
                                f"{first.hint + '. ' if first.hint else ''}Also unknown: {also}")
     if unknown:
         raise unknown[0]
+    check_benchmark(config.benchmark, config.benchmark_options)
     check_options(config.plugins)
+
+
+def declared_options(factory: Any) -> list[str] | None:
+    """The options a factory declares (its named parameters), or None when it takes any (``**options``)
+    or its signature cannot be read."""
+    try:
+        params = list(inspect.signature(factory).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return None
+    return [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+
+
+def check_benchmark(name: str, options: dict) -> None:
+    """The benchmark ``name`` is registered and ``options`` (the config's ``benchmark_options``) are ones its
+    factory declares as named parameters, checked without building it: an unknown option is an error with
+    the closest known one, before any episode plays. A factory taking ``**options`` accepts any."""
+    entry = get("benchmark", name)
+    known = declared_options(entry.factory)
+    if known is None:
+        return
+    said = []
+    for key in options:
+        if key not in known:
+            close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+            said.append(f"unknown option {key!r} (benchmark_options.{key})"
+                        + (f"; did you mean {close[0]!r}?" if close else ""))
+    required = [p.name for p in inspect.signature(entry.factory).parameters.values()
+                if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    said += [f"missing option {key!r} (benchmark_options.{key})" for key in required if key not in options]
+    if said:
+        raise PluginError(f"benchmark {name!r}: {'; '.join(said)}. Its options: {', '.join(known) or '(none)'}")
 
 
 def check_options(plugin_options: dict) -> None:
@@ -355,7 +442,8 @@ class _Guarded:
 
 
 def describe() -> list[dict]:
-    """One row per plugin: name, version, hooks it implements, what it registers."""
+    """One row per plugin: name, package, version, hooks it implements, what it registers (``provides``:
+    ``kind:name``) and each registered name's description (``descriptions``)."""
     pm = manager()
     regs = registries()
     dists = {}
@@ -364,8 +452,8 @@ def describe() -> list[dict]:
     rows = []
     for name, plugin in pm.list_name_plugin():
         hooks = sorted(h.name for h in pm.get_hookcallers(plugin) or [])
-        provides = [f"{kind}:{e.name}" for kind, reg in regs.items() for e in reg.entries.values()
-                    if e.plugin == name]
+        entries = [(kind, e) for kind, reg in regs.items() for e in reg.entries.values() if e.plugin == name]
+        provides = [f"{kind}:{e.name}" for kind, e in entries]
         if name in dists:
             package, version = dists[name]
         elif name.startswith("evolver."):
@@ -373,7 +461,7 @@ def describe() -> list[dict]:
         else:
             package, version = "(local file)", ""
         rows.append({"name": name, "package": package, "version": version, "hooks": hooks,
-                     "provides": provides})
+                     "provides": provides, "descriptions": {f"{kind}:{e.name}": e.description for kind, e in entries}})
     return rows
 
 

@@ -27,6 +27,11 @@ def _indent(text: str, pad: str = "      ") -> str:
     return ("\n" + pad).join((text or "").splitlines() or [""])
 
 
+def task_label(task) -> str:
+    """``benchmark/id``, or just the id when it already starts with the benchmark's name (``basic/units/dev/0``)."""
+    return task.id if not task.benchmark or task.id.startswith(f"{task.benchmark}/") else f"{task.benchmark}/{task.id}"
+
+
 def format_episode(episode: Episode) -> str:
     """A readable multi-line trace of one episode, for `evolver traces --episode ID`."""
     e, t = episode, episode.task
@@ -35,7 +40,7 @@ def format_episode(episode: Episode) -> str:
     ctok = e.completion_tokens or sum(s.completion_tokens or 0 for s in e.steps)
     out = [f"episode {e.id}  run {e.run_id or '-'}  purpose {e.purpose}",
            f"program {e.program_id} (hash {e.program_hash})  model {e.model}  seed {e.seed}",
-           f"task    {t.benchmark}/{t.id}  split {t.split}  category {t.category}  task seed {t.seed}",
+           f"task    {task_label(t)}  split {t.split}  category {t.category}  task seed {t.seed}",
            f"score   {e.score:.3f}  won {e.won}  steps {len(e.steps)}  tokens {ptok} prompt + "
            f"{ctok} completion  wall {e.wall_s:.2f}s (model {e.model_s:.2f}s)"]
     if e.rewards:

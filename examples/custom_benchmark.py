@@ -33,14 +33,16 @@ class ReverseBenchmark(Benchmark):
     categories = ["reverse"]
     max_steps = 1
 
-    def __init__(self, **options):  # unknown options (from the CLI or config) are ignored
-        pass
+    def __init__(self, tasks_per_split: int = 20):
+        # Options (`--set benchmark_options.tasks_per_split=5`) are named parameters: evolver checks them
+        # before a run, an unknown one an error naming the closest.
+        self.tasks_per_split = tasks_per_split
 
     def tasks(self, split: str, per_category: int | None = None) -> list[Task]:
         if split not in SPLITS:
             raise ValueError(f"unknown split {split!r}")
         out = []
-        for i in range(per_category or 20):
+        for i in range(per_category or self.tasks_per_split):
             seed = SPLIT_BASE[split] + i
             rng = random.Random(seed)
             word = "".join(rng.sample(rng.choice(WORDS), 6))  # a seeded scramble, so most tasks differ

@@ -88,6 +88,12 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._send(500, {"error": {"message": "try again"}})
         if content.startswith("slow"):
             time.sleep(0.3)
+        if body.get("tools"):  # call the first tool offered, its arguments as JSON text (as OpenAI does)
+            name = body["tools"][0]["function"]["name"]
+            calls = [{"id": "c1", "type": "function", "function": {"name": name, "arguments": '{"order": 7}'}},
+                     {"id": "c2", "type": "function", "function": {"name": name, "arguments": "{not json"}}]
+            return self._send(200, {"choices": [{"message": {"role": "assistant", "content": None,
+                                                             "tool_calls": calls}}]})
         text = f"echo: {content} STOP tail"
         self._send(200, {"choices": [{"message": {"role": "assistant", "content": text}}],
                          "usage": {"prompt_tokens": 11, "completion_tokens": 3}})
@@ -129,6 +135,20 @@ def test_openai_generate_retries_and_per_request_errors(chat_server):
     first = next(body for _p, _a, body in srv.seen if body["messages"][-1]["content"] == "hello")
     assert first["stop"] == [" STOP"] and first["seed"] == 3 and first["model"] == "tiny"
     assert all(auth == "Bearer k" for _p, auth, _b in srv.seen)
+    b.close()
+
+
+def test_openai_passes_tools_and_returns_structured_calls(chat_server):
+    from evolver.backends.openai_backend import OpenAIBackend
+
+    srv, url = chat_server
+    tools = [{"type": "function", "function": {"name": "refund", "description": "Refund an order.",
+                                               "parameters": {"type": "object", "properties": {"order": {}}}}}]
+    b = OpenAIBackend(model="tiny", base_url=url, backoff_s=0.01, timeout_s=5)
+    (with_tools,), (plain,) = b.generate([GenRequest(user("refund 7"), tools=tools)]), b.generate([GenRequest(user("hi"))])
+    assert with_tools.text == "" and with_tools.tool_calls == [{"name": "refund", "arguments": {"order": 7}},
+                                                               {"name": "refund", "arguments": "{not json"}]
+    assert srv.seen[0][2]["tools"] == tools and "tools" not in srv.seen[1][2] and plain.tool_calls is None
     b.close()
 
 

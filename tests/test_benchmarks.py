@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from evolver.benchmarks.basic import BasicBenchmark
+from evolver.errors import EvolverError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -94,5 +95,8 @@ def test_custom_benchmark_example_loads_and_scores(monkeypatch):
         env = bench.env(tasks[0])
         env.reset()
         assert env.step("wrong").score == 0.0
+        assert len(plugins.make("benchmark", "reverse", tasks_per_split=3).tasks("dev")) == 3
+        with pytest.raises(EvolverError, match="unknown option 'tasks_per_splt'.*did you mean 'tasks_per_split'"):
+            plugins.make("benchmark", "reverse", tasks_per_splt=3)
     finally:
         plugins.reset()

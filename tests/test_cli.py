@@ -204,3 +204,69 @@ def test_a_run_that_stops_on_an_error_is_failed_and_resumes_with_a_corrected_con
         row = store.latest_run()
         assert row["run_id"] == failed["run_id"] and row["status"] == "finished"  # the same run, resumed
         assert row["config"]["plugins"]["evoskill"]["mode"] == "single-call"  # the correction is recorded
+
+
+STEPPER = '''
+from evolver import Benchmark, Env, Observation, Task, hookimpl
+
+
+class Once(Env):
+    def __init__(self, task):
+        self.task = task
+
+    def reset(self):
+        return Observation(self.task.prompt)
+
+    def step(self, action):
+        return Observation("ok", score=1.0, done=True, info={"won": True})
+
+
+class Stepper(Benchmark):
+    name = "stepper"
+
+    def __init__(self, max_steps: int = 15):  # its one option, declared
+        self.max_steps, self.categories = max_steps, [f"max{max_steps}"]
+
+    def tasks(self, split, per_category=None):
+        return [Task(id=f"stepper/{split}/{i}", benchmark="stepper", split=split, category=self.categories[0],
+                     seed=i, prompt="say anything", gold="x") for i in range(per_category or 1)]
+
+    def env(self, task):
+        return Once(task)
+
+
+@hookimpl
+def register_benchmarks(register):
+    register("stepper", Stepper, "a benchmark with a declared option")
+'''
+
+
+def test_eval_benchmark_keeps_the_users_benchmark_options_and_checks_them_first(tmp_path):
+    from evolver.cli import DEFAULT_TOML
+
+    (tmp_path / "evolver.toml").write_text(DEFAULT_TOML)  # twx, with twx's options (suite = "twx-easy")
+    stepper = tmp_path / "stepper_bench.py"
+    stepper.write_text(STEPPER)
+    args = ["--plugin", TOY, "--plugin", str(stepper), *ROLES]
+    cases = [(["--set=benchmark_options.max_steps=3", "eval", "--benchmark", "stepper"], "max3"),  # global --set
+             (["eval", "--benchmark", "stepper", "--set", "benchmark_options.max_steps=4"], "max4"),  # the command's
+             (["eval", "--benchmark", "stepper"], "max15")]  # the config's twx options are not the stepper's
+    for n, (extra, category) in enumerate(cases):  # a store each: the evaluation cache keys no benchmark options
+        r = invoke(args + [f"--store={tmp_path / f'store{n}'}"] + extra + ["--per-category", "1"])
+        assert r.exit_code == 0, r.output
+        assert [ln.split() for ln in r.output.splitlines() if ln.startswith("max")] == [[category, "1.000"]]
+    episode = r.output.split("--episode ")[1].split(")")[0]
+    args.append(f"--store={tmp_path / 'store2'}")
+    r = invoke(args + ["traces", "--episode", episode])
+    assert "task    stepper/dev/0  split dev" in r.output  # the id already names its benchmark: not doubled
+    from evolver.store import Store
+    with Store(tmp_path / "store2" / "evolver.duckdb", read_only=True) as store:
+        runs = store.query("SELECT count(*) FROM runs")[1][0][0]
+    r = CliRunner().invoke(cli, args + ["--set=benchmark_options.max_stepz=3", "eval", "--benchmark", "stepper"])
+    assert r.exit_code == 2 and "Traceback" not in r.output
+    assert "benchmark 'stepper': unknown option 'max_stepz' (benchmark_options.max_stepz); did you mean 'max_steps'?" \
+        in r.output and "playing" not in r.output
+    r = CliRunner().invoke(cli, args + ["eval", "--benchmark", "stepper", "--per-category", "0"])
+    assert r.exit_code == 2 and "--per-category 0: play at least 1 task per category" in r.output
+    with Store(tmp_path / "store2" / "evolver.duckdb", read_only=True) as store:
+        assert store.query("SELECT count(*) FROM runs")[1][0][0] == runs  # neither recorded a run

@@ -32,3 +32,24 @@ def test_bad_toml_and_missing_file(tmp_path):
         load_config(bad)
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(tmp_path / "other.toml")
+
+
+def test_switching_benchmark_drops_the_other_benchmarks_options_but_keeps_the_users(tmp_path):
+    from evolver.config import Config
+
+    assert load_config(None).benchmark_options == {"suite": "twx-easy"}  # the default is twx's
+    assert load_config(None, ["benchmark=basic"]).benchmark_options == {}
+    assert Config(benchmark="basic").benchmark_options == {}
+    path = tmp_path / "evolver.toml"
+    path.write_text('benchmark = "twx"\nbenchmark_options = { suite = "twx-hard", max_steps = 9 }\n')
+    assert load_config(path, ["benchmark=twx"]).benchmark_options == {"suite": "twx-hard", "max_steps": 9}
+    assert load_config(path, ["benchmark_options.max_steps=3"]).benchmark_options == {"suite": "twx-hard",
+                                                                                       "max_steps": 3}
+    assert load_config(path, ["benchmark=basic"]).benchmark_options == {}
+    # options given as overrides hold, before or after the switch
+    for overrides in (["benchmark_options.categories=['units']", "benchmark=basic"],
+                      ["benchmark=basic", "benchmark_options.categories=['units']"]):
+        assert load_config(path, overrides).benchmark_options == {"categories": ["units"]}
+    # a resumed run's recorded config (base) is kept unless the benchmark changes
+    base = {"benchmark": "basic", "benchmark_options": {"categories": ["units"]}}
+    assert load_config(None, ["benchmark=basic"], base=base).benchmark_options == {"categories": ["units"]}

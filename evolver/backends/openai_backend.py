@@ -9,6 +9,7 @@ A batch's requests run concurrently on a thread pool (servers batch concurrent r
 """
 from __future__ import annotations
 
+import json
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -59,6 +60,8 @@ class OpenAIBackend(Backend):
             body["seed"] = req.seed
         if req.logprobs:
             body["logprobs"] = True
+        if req.tools:
+            body["tools"] = list(req.tools)
         status, data, err = self._post("/chat/completions", body)
         prompt_chars = sum(len(m.content) for m in req.messages)
         if err is not None:
@@ -75,6 +78,9 @@ class OpenAIBackend(Backend):
         res = GenResult(text=text,
                         prompt_tokens=int(usage.get("prompt_tokens") or max(1, prompt_chars // 4)),
                         completion_tokens=int(usage.get("completion_tokens") or max(1, len(text) // 4)))
+        calls = choice["message"].get("tool_calls") if isinstance(choice.get("message"), dict) else None
+        if req.tools and isinstance(calls, list):
+            res.tool_calls = [c for c in map(_tool_call, calls) if c]
         content = ((choice.get("logprobs") or {}).get("content")) if req.logprobs else None
         if content:
             res.logprobs = [float(t.get("logprob", 0.0)) for t in content]
@@ -126,3 +132,17 @@ def _message(resp: Any) -> str:
     except (ValueError, AttributeError):
         pass
     return resp.text[:300]
+
+
+def _tool_call(call) -> dict | None:
+    """An OpenAI ``tool_calls`` entry as ``{"name", "arguments"}`` (arguments parsed from their JSON text)."""
+    fn = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+        return None
+    args = fn.get("arguments")
+    if isinstance(args, str):
+        try:
+            args = json.loads(args or "{}")
+        except ValueError:
+            pass  # kept as the raw string: the env says what was wrong with it
+    return {"name": fn["name"], "arguments": args if args is not None else {}}

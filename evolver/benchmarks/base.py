@@ -3,11 +3,59 @@
 A benchmark yields ``Task``s per split and makes an ``Env`` per task. Single-turn tasks are envs
 that finish after one step. Scores are in 0..1 with partial credit; ``won`` means full success.
 
-Contract:
+The contract (tests/test_benchmark_contract.py keeps it true):
+
+Tasks and splits
 - ``tasks(split)`` is deterministic for a given configuration: the same ids every call.
 - ``train`` / ``dev`` / ``test`` never share a task; ``test`` is only used for final reports.
+- ``Task.gold`` is for the scorer, the failure diagnosis and imitation; the harness never sees it
+  (it gets ``gold=None``). The demonstration convention: a training task whose ``gold`` is a list of
+  action strings that solves it from ``reset()`` is a demonstration (``Benchmark.demonstration``;
+  imitation, SFT and SKILLRL replay it). Override ``demonstration`` when gold has another shape.
+
+Episodes
+- ``Env.reset()`` gives the first observation; ``Env.step(action)`` one more, until one says ``done``.
 - ``Env.step`` never raises for a bad action: it returns an observation saying so (score unchanged).
   Only systemic failures (the game engine died) raise ``BenchmarkError``.
+- ``Observation.score`` is the running score in 0..1; the episode's score is the last one.
+- Step limits: ``Task.max_steps``, else ``Benchmark.max_steps``. Every model call that is not a tool
+  call counts; at the limit the evaluator ends the episode with the score so far.
+- ``Observation.info`` keys the core reads: ``won`` (bool: full success; default ``score >= 1``),
+  ``rewards`` (dict of named sub-rewards, kept per episode for multi-reward RL), and, for the seed
+  harness's loop guard, ``look`` and ``inventory`` (the state, where a text game reports it). Others
+  are kept in the trace only.
+
+What the harness shows (the seed harness; an evolved one may differ)
+- ``preset`` "text-game" (the default): the system prompt (the program's prompt.md, skills), then a
+  user message with ``Task: <task.prompt>``, notes and actions of older steps, the last few steps in
+  full, the latest ``Observation:`` and the ``Valid actions:`` when the env lists them. The reset
+  observation is shown at step 0 only: what must persist (the first room, the ticket) belongs in
+  ``Task.prompt``. Older steps are compacted (their observations shortened to a line or a note).
+- "chat": the task prompt is the first user message; each action is an assistant turn and each
+  observation the next user turn. The whole reply is the action.
+- "tool-calling": "chat" plus ``Task.tools``: the tools are listed in the system prompt and passed to
+  the backend (``GenRequest.tools``); a call (native, or ``{"name": ..., "arguments": {...}}`` written
+  as JSON) is sent to ``Env.step`` as that JSON text; a plain reply is sent as text.
+- Budgets are in tokens of the executor's tokenizer, never a silent character cut: the task prompt and
+  each observation up to ``observation_tokens`` (default 400), replies up to ``reply_tokens``
+  (text-game 24, chat 256). Text over budget is cut with a visible ``[... N more tokens cut]`` marker,
+  which stays in the trace's prompt.
+- ``harness_hints`` sets these for every task (``preset``, ``system_prompt``, ``observation_tokens``,
+  ``reply_tokens``); ``Task.hints`` overrides them per task. A ``system_prompt`` replaces the seed
+  program's generic prompt.md when the seed is created, so evolution can edit it from there.
+
+Concurrency
+- The evaluator keeps up to ``max_live`` Envs open at once (``--max-live``, default 32; a benchmark
+  caps it with ``Benchmark.max_live``) and steps them interleaved, one batched model call per round:
+  Envs of one benchmark must not share mutable state, or must guard it. A simulator that holds one
+  episode per process needs a pool of such processes, which its Envs lease on ``reset`` and release
+  on ``close``, with ``max_live`` no larger than the pool: ``evolver.EnvPool`` and ``PooledEnv`` do it,
+  with a bounded replay of the episode's actions when a worker dies or has to be shared
+  (``examples/pooled_simulator.py``).
+
+Options
+- ``factory(**options)`` receives ``benchmark_options``; declare them as named parameters (not a
+  bare ``**options``) so an unknown one is an error with "did you mean" before anything plays.
 """
 from __future__ import annotations
 
@@ -45,6 +93,11 @@ class Benchmark(abc.ABC):
     #: Skills a new program starts with unless the config names its own (``seed_skills``): names of
     #: the skills that ship in evolver's ``skills/`` or paths to skill folders.
     seed_skills: list[str] = []
+    #: How the harness should present every task (``Task.hints`` overrides per task): ``preset``,
+    #: ``system_prompt``, ``observation_tokens``, ``reply_tokens`` (see the module docstring).
+    harness_hints: dict = {}
+    #: The most Envs this benchmark can have open at once (None: the evaluator's ``max_live``).
+    max_live: int | None = None
 
     @abc.abstractmethod
     def tasks(self, split: str, per_category: int | None = None) -> list[Task]:

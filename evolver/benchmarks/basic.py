@@ -143,7 +143,7 @@ class BasicBenchmark(Benchmark):
     name = "basic"
     max_steps = 8  # kb-hops: 4 hops + 4 spare; single-turn tasks end after one step
 
-    def __init__(self, categories: list[str] | None = None, **_):
+    def __init__(self, categories: list[str] | None = None):
         for c in categories or []:
             if c not in CATEGORIES:
                 raise UnknownNameError("basic category", c, CATEGORIES)

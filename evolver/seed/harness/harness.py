@@ -31,9 +31,14 @@ It is copied into every new program and may be evolved. The interface is documen
   48 dev, with 17% fewer context tokens on test. Writing every step into one log, the latest
   observation last and unlabelled, would cache a little more, but after SFT it scored 0.427 / 0.459:
   the model took peckingorder's next item without reading the instructions again (0.38 on test).
+- Presets (the task's ``hints``, see ``evolver.benchmarks.base``): "text-game" as above; "chat" keeps
+  the conversation as chat turns and plays the whole reply; "tool-calling" adds the task's tools. The
+  task prompt and each observation are budgeted in tokens (``OBS_TOKENS``), never cut silently: text
+  over budget ends in a visible marker. Older steps of a text game are compacted on purpose (above).
 """
 from __future__ import annotations
 
+import json
 import re
 
 from evolver.harness import Action
@@ -48,8 +53,11 @@ NOTES = 3  # older observations kept as notes once they leave the window
 NOTE_CHARS = 300  # one note's share of the context
 LOOP_GUARD = True  # hold back actions already taken in the same state
 OBSERVERS = True  # run the scripts skills offer as observers (front matter metadata.observe) after each step
-MAX_OBS_CHARS = 1200  # one observation's share of the context
-ACTION_TOKENS = 24  # output budget per free-text action
+OBS_TOKENS = 400  # the task prompt's and one observation's share of the context, in tokens (hint: observation_tokens)
+ACTION_TOKENS = 24  # output budget per free-text action in a text game (hint: reply_tokens)
+CHAT_TOKENS = 256  # output budget per reply in the chat and tool-calling presets (hint: reply_tokens)
+TOOLS_TOKENS = 3000  # the tool descriptions' share of the system prompt (hint: tools_tokens)
+CHAT_TURNS = 24  # chat turns kept in full; older ones are dropped with a marker (hint: max_turns)
 
 
 class Harness:
@@ -61,7 +69,8 @@ class Harness:
         injected = [k for k in self.program.select_skills(task, INJECT_SKILLS) if not self.observer(k)[0]] \
             if INJECT_SKILLS else []
         state = {"task": task, "history": [], "injected": injected, "tool_notes": [], "tried": set(),
-                 "transcript": f"{task.prompt}\n\n{obs.text}", "observed": {}}
+                 "transcript": f"{task.prompt}\n\n{obs.text}", "observed": {}, "first": obs.text,
+                 "hints": dict(getattr(task, "hints", None) or {}), "budgeted": {}}
         self.run_observers(state)
         return state
 
@@ -91,6 +100,30 @@ class Harness:
         script, when = meta.get("observe"), meta.get("observe_when")
         return (script if isinstance(script, str) else None), (when if isinstance(when, str) else None)
 
+    def hint(self, state, name, default):
+        value = state["hints"].get(name)
+        return default if value is None else value
+
+    def budget(self, state, text, tokens=None):
+        """``text`` within ``tokens`` tokens of the executor's tokenizer (default: the observation budget);
+        over it, cut with a visible marker that says how much is missing. Remembered per text."""
+        tokens = tokens or int(self.hint(state, "observation_tokens", OBS_TOKENS))
+        key = (text, tokens)
+        if key not in state["budgeted"]:
+            state["budgeted"][key] = self._cut(text, tokens)
+        return state["budgeted"][key]
+
+    def _cut(self, text, tokens):
+        if len(text) <= tokens:  # a token is at least one character
+            return text
+        n = self.program.count_tokens(text)
+        if n <= tokens:
+            return text
+        keep = max(0, len(text) * tokens // n)
+        while keep and self.program.count_tokens(text[:keep]) > tokens:
+            keep = keep * 9 // 10
+        return f"{text[:keep]} [... {n - self.program.count_tokens(text[:keep])} more tokens cut]"
+
     def system_prompt(self, state) -> str:
         parts = [self.program.prompt.strip()]
         # An observer is not a skill the model calls: its notes speak for it (and run when OBSERVERS is on).
@@ -100,10 +133,26 @@ class Harness:
             parts.append("Skills you have (use `read_skill NAME` to read one):\n" + index)
         for skill in state["injected"]:
             parts.append(f"## Skill: {skill.name}\n{skill.body.strip()}")
+        tools = state["task"].tools if self.preset(state) == "tool-calling" else None
+        if tools:
+            parts.append(self.budget(state, self.tool_list(tools), int(self.hint(state, "tools_tokens", TOOLS_TOKENS))))
         return "\n\n".join(p for p in parts if p)
 
+    def preset(self, state):
+        return self.hint(state, "preset", "text-game")
+
+    @staticmethod
+    def tool_list(tools):
+        """The task's tools as the prompt describes them, and how to call one."""
+        lines = ['Tools you can call. To call one, reply with only a JSON object: {"name": "TOOL", "arguments": {...}}.']
+        for tool in tools:
+            fn = tool.get("function", tool) if isinstance(tool, dict) else {}
+            params = (fn.get("parameters") or {}).get("properties") or {}
+            lines.append(f"- {fn.get('name', '?')}({', '.join(params)}): {fn.get('description', '')}".rstrip(": "))
+        return "\n".join(lines)
+
     def user_prompt(self, state, obs, actions=None) -> str:
-        task = state["task"].prompt.strip()[:MAX_OBS_CHARS]
+        task = self.budget(state, state["task"].prompt.strip())
         lines = [f"Task: {task}"]
         history = state["history"]
         # The window starts at a multiple of FOLD: it moves only every FOLD steps, so until then each
@@ -120,7 +169,7 @@ class Harness:
             shown = [f"> {a}\n{o[:300]}" for a, o in recent[:-1]] + [f"> {recent[-1][0]}"]
             lines.append("Recent steps:\n" + "\n".join(shown))
         lines += state["tool_notes"][-2:] + list(state["observed"].values())
-        text = obs.text.strip()[:MAX_OBS_CHARS]
+        text = self.budget(state, obs.text.strip())
         if history or text not in task:  # (a first observation the task text holds is not repeated)
             lines.append(f"Observation: {text}")
         actions = obs.actions if actions is None else actions
@@ -155,9 +204,37 @@ class Harness:
         facts = tuple(str(info[k]) for k in ("look", "inventory") if k in info)
         return facts or (obs.text,)
 
+    def chat_messages(self, state):
+        """The chat presets' context: the task (and a first observation it does not hold) as the first
+        user turn, then each action as an assistant turn and what came back as the next user turn; the
+        oldest turns give way first, with a marker, beyond ``CHAT_TURNS``."""
+        task = self.budget(state, state["task"].prompt.strip())
+        first = self.budget(state, (state["first"] or "").strip())
+        opening = task if not first or first in task else f"{task}\n\n{first}"
+        turns = []
+        for action, text in state["history"]:
+            turns += [Message("assistant", action), Message("user", self.budget(state, text.strip()) or "(no reply)")]
+        keep = max(2, int(self.hint(state, "max_turns", CHAT_TURNS)) // 2 * 2)
+        if len(turns) > keep:
+            opening += f"\n\n[{(len(turns) - keep) // 2} earlier exchanges omitted]"
+            turns = turns[-keep:]
+        notes = state["tool_notes"][-2:] + list(state["observed"].values())
+        if notes:
+            last = turns[-1] if turns and turns[-1].role == "user" else None
+            extra = "\n\n".join(notes)
+            if last:
+                turns[-1] = Message("user", f"{last.content}\n\n{extra}")
+            else:
+                opening = f"{opening}\n\n{extra}"
+        return [Message("system", self.system_prompt(state)), Message("user", opening), *turns]
+
     def next_call(self, state, obs):
         if obs.done:
             return None
+        if self.preset(state) in ("chat", "tool-calling"):
+            tools = state["task"].tools if self.preset(state) == "tool-calling" else None
+            return GenRequest(messages=self.chat_messages(state), tools=tools or None,
+                              max_tokens=int(self.hint(state, "reply_tokens", CHAT_TOKENS)))
         options = list(obs.actions or [])
         if obs.actions and CHOOSE_ACTIONS:
             key = self.state_key(obs)
@@ -169,7 +246,7 @@ class Harness:
                     Message("user", self.user_prompt(state, obs, options))]
         if obs.actions and CHOOSE_ACTIONS:
             return ChoiceRequest(messages=messages, options=options, write=WRITE_CHOICE)
-        return GenRequest(messages=messages, max_tokens=ACTION_TOKENS, stop=["\n"])
+        return GenRequest(messages=messages, max_tokens=int(self.hint(state, "reply_tokens", ACTION_TOKENS)), stop=["\n"])
 
     def parse(self, state, obs, request, result):
         if isinstance(request, ChoiceRequest):
@@ -179,6 +256,8 @@ class Harness:
                 return Action(env_action=choice, output=choice)
             return Action(env_action="", output="")
         text = (result.text or "").strip()
+        if self.preset(state) in ("chat", "tool-calling"):
+            return self.parse_reply(state, obs, result, text)
         first = text.splitlines()[0].strip() if text else ""
         words = first.split()
         if words[:1] == ["read_skill"] and len(words) >= 2:
@@ -189,9 +268,46 @@ class Harness:
         state["tried"].add((self.state_key(obs), action))
         return Action(env_action=action, output=text)
 
+    def parse_reply(self, state, obs, result, text):
+        """A chat reply: a skill tool (``read_skill`` / ``run_skill`` on its first line), a call of one of
+        the task's tools (native, else the first JSON object with a "name"), sent to the env as JSON
+        text, or else the whole reply."""
+        words = text.split("\n", 1)[0].split()
+        if words[:1] == ["read_skill"] and len(words) >= 2:
+            return Action(tool="read_skill", args=words[1:2], output=text)
+        if words[:1] == ["run_skill"] and len(words) >= 3:
+            return Action(tool="run_skill", args=words[1:], output=text)
+        if self.preset(state) != "tool-calling":
+            return Action(env_action=text, output=text)
+        calls = [c for c in getattr(result, "tool_calls", None) or [] if isinstance(c, dict) and isinstance(c.get("name"), str)]
+        call = calls[0] if calls else self.written_call(text)
+        if call:
+            action = json.dumps({"name": call.get("name"), "arguments": call.get("arguments", {})}, sort_keys=True)
+            return Action(env_action=action, output=text or action)
+        return Action(env_action=text, output=text)
+
+    @staticmethod
+    def written_call(text):
+        """The first JSON object in ``text`` that names a tool, or None."""
+        decoder = json.JSONDecoder()
+        for start in [m.start() for m in re.finditer(r"\{", text)][:20]:
+            try:
+                obj, _ = decoder.raw_decode(text[start:])
+            except ValueError:
+                continue
+            if isinstance(obj, dict) and isinstance(obj.get("name"), str):
+                args = obj.get("arguments", obj.get("parameters", {}))
+                if isinstance(args, str):
+                    try:
+                        args = json.loads(args)
+                    except ValueError:
+                        pass
+                return {"name": obj["name"], "arguments": args}
+        return None
+
     def observe(self, state, action, text):
         if action.tool:
-            state["tool_notes"].append(f"[{action.tool} {' '.join(action.args)}]\n{text[:MAX_OBS_CHARS]}")
+            state["tool_notes"].append(f"[{action.tool} {' '.join(action.args)}]\n{self.budget(state, text)}")
         else:
             state["history"].append((action.env_action or "", text))
             state["transcript"] += f"\n> {action.env_action or ''}\n{text}"

@@ -31,13 +31,25 @@ def register_commands(cli):
     cli.add_command(skillrl_group)
 
 
+def _lazy_trainer(module: str, cls: str, flag: bool):
+    """A factory that imports ``module.cls`` (and so torch) only when a run builds the trainer; ``flag`` is
+    the class's :attr:`evolver.Trainer.flag`, which `evolver train` reads from the registered factory."""
+    def factory(run, options: dict | None = None, progress=None):
+        import importlib
+
+        return getattr(importlib.import_module(module), cls)(run, options, progress=progress)
+    factory.__qualname__ = factory.__name__ = f"{cls}_factory"
+    factory.__doc__ = f"A :class:`{module}.{cls}`, imported when built."
+    factory.flag = flag
+    return factory
+
+
 @hookimpl
 def register_trainers(register):
-    from evolver_skillrl import sft, trainer
-
-    register("sft", sft.SFTTrainer, description="SKILLRL cold-start SFT: skill-conditioned gold steps "
-             "rendered by the program's harness")
-    register("skillrl", trainer.SkillRLTrainer, description="SKILLRL: GRPO with the skill bank in every prompt and "
+    register("sft", _lazy_trainer("evolver_skillrl.sft", "SFTTrainer", flag=True),
+             description="SKILLRL cold-start SFT: skill-conditioned gold steps rendered by the program's harness")
+    register("skillrl", _lazy_trainer("evolver_skillrl.trainer", "SkillRLTrainer", flag=True),
+             description="SKILLRL: GRPO with the skill bank in every prompt and "
              "recursive bank evolution from training failures")
 
 

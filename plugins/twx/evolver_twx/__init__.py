@@ -19,13 +19,16 @@ def register_benchmarks(register):
     register("twx", twx_benchmark, "TextWorldExpress text games (suites twx-easy, twx-hard); needs Java 17")
 
 
-def twx_benchmark(**options):
-    """A :class:`evolver_twx.benchmark.TwxBenchmark`. TextWorldExpress runs in a JVM; without Java the
-    core's zero-dependency ``basic`` benchmark stands in, said loudly, so the default run still runs."""
+def twx_benchmark(suite: str = "twx-easy", games: list[str] | str | None = None, max_steps: int | None = None,
+                  jvm_pool: int = 2):
+    """A :class:`evolver_twx.benchmark.TwxBenchmark` (its options are these parameters, declared here so
+    ``benchmark_options`` are checked before a run without importing it). TextWorldExpress runs in a JVM;
+    without Java the core's zero-dependency ``basic`` benchmark stands in, said loudly, so the default run
+    still runs."""
     if shutil.which("java") is None:
         print("evolver: Java not found, so twx cannot run; using the built-in 'basic' benchmark "
               "instead (install openjdk-17-jre-headless for twx)", file=sys.stderr)
         return make_plugin("benchmark", "basic")
     from evolver_twx.benchmark import TwxBenchmark
 
-    return TwxBenchmark(**options)
+    return TwxBenchmark(suite=suite, games=games, max_steps=max_steps, jvm_pool=jvm_pool)

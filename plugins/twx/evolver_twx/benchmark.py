@@ -343,8 +343,8 @@ class TwxBenchmark(Benchmark):
     #: not do: these skills' scripts compute it and the seed harness shows their answer as a note.
     seed_skills = ["arithmetic-word-problems", "quantity-order"]
 
-    def __init__(self, suite: str = "twx-easy", games: list[str] | None = None,
-                 max_steps: int | None = None, jvm_pool: int = 2, **_):
+    def __init__(self, suite: str = "twx-easy", games: list[str] | str | None = None,
+                 max_steps: int | None = None, jvm_pool: int = 2):
         if suite not in SUITES:
             raise UnknownNameError("twx suite", suite, list(SUITES))
         table = SUITES[suite]

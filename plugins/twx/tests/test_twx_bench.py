@@ -179,3 +179,24 @@ def test_the_registered_twx_falls_back_to_basic_without_java(monkeypatch, capsys
     monkeypatch.setattr(evolver_twx.shutil, "which", lambda name: None)
     bench = evolver_twx.twx_benchmark(suite="twx-easy")
     assert bench.name == "basic" and "Java not found" in capsys.readouterr().err
+
+
+def test_twx_declares_its_options_and_a_misspelt_one_fails_before_any_work(tmp_path, monkeypatch):
+    import inspect
+
+    from click.testing import CliRunner
+
+    import evolver_twx
+    from evolver import plugins
+    from evolver.cli import cli
+
+    # the registered factory declares TwxBenchmark's own options, so they are checked without importing it
+    assert plugins.declared_options(plugins.get("benchmark", "twx").factory) == \
+        list(inspect.signature(twx_mod.TwxBenchmark).parameters) == ["suite", "games", "max_steps", "jvm_pool"]
+    assert plugins.get("benchmark", "twx").factory is evolver_twx.twx_benchmark
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(cli, ["--set", "benchmark_options.max_stepz=3", "eval"])
+    assert r.exit_code == 2 and "Traceback" not in r.output
+    assert "benchmark 'twx': unknown option 'max_stepz' (benchmark_options.max_stepz); did you mean 'max_steps'?" \
+        in r.output
+    assert not (tmp_path / "store").exists()  # refused before the workspace was touched

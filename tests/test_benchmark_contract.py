@@ -1,0 +1,145 @@
+"""The benchmark contract (evolver/benchmarks/base.py): what the seed harness shows for each preset, token
+budgets with visible cuts, tool calls, per-task step limits, the live-Env cap, and the docstring kept true."""
+import json
+import re
+import shutil
+from pathlib import Path
+
+from evolver.backends.scripted import ScriptedBackend
+from evolver.benchmarks import base
+from evolver.benchmarks.base import Benchmark, Env
+from evolver.evaluate import run_episodes
+from evolver.harness import program_context
+from evolver.loop import seed_files
+from evolver.programs import content_hash
+from evolver.types import GenResult, Observation, Program, Task
+
+TOOLS = [{"type": "function", "function": {"name": "lookup_order", "description": "Find an order by id.",
+                                            "parameters": {"type": "object", "properties": {"order_id": {}}}}}]
+
+
+class SupportEnv(Env):
+    """A customer writes; the agent answers or calls lookup_order; the ticket closes on "DONE"."""
+
+    def __init__(self, task, bench):
+        self.task, self.bench = task, bench
+
+    def reset(self):
+        self.bench.open += 1
+        self.bench.most_open = max(self.bench.most_open, self.bench.open)
+        return Observation("Customer: my order 7 never came. " + "Details. " * self.bench.padding)
+
+    def step(self, action):
+        self.bench.received.append(action)
+        if action.startswith("{"):
+            call = json.loads(action)
+            return Observation(f"lookup_order -> order {call['arguments'].get('order_id')} shipped", score=0.5)
+        done = "DONE" in action
+        return Observation("Customer: thanks" if done else "Customer: and?", score=1.0 if done else 0.5, done=done)
+
+    def close(self):
+        self.bench.open -= 1
+
+
+class Support(Benchmark):
+    name = "support"
+    categories = ["tickets"]
+    max_steps = 6
+
+    def __init__(self, preset="chat", padding=0, max_live=None, task_steps=None, tools=None):
+        self.harness_hints = {"preset": preset, "system_prompt": "You are a support agent for a shop."}
+        self.padding, self.max_live, self.task_steps, self.tools = padding, max_live, task_steps, tools
+        self.received, self.open, self.most_open = [], 0, 0
+
+    def tasks(self, split, per_category=None):
+        n = per_category or 3
+        return [Task(id=f"support/{split}/{i}", benchmark="support", split=split, category="tickets", seed=i,
+                     prompt="Resolve the customer's ticket.", max_steps=self.task_steps, tools=self.tools)
+                for i in range(n)]
+
+    def env(self, task):
+        return SupportEnv(task, self)
+
+
+def program(tmp_path, bench):
+    files = seed_files(skills=[], system_prompt=bench.harness_hints.get("system_prompt"))
+    root = tmp_path / "p"
+    shutil.copytree(files, root)
+    shutil.rmtree(files)
+    return Program("p", "", str(root), content_hash(root), {})
+
+
+def play(tmp_path, bench, answers, n=1):
+    backend = ScriptedBackend(answers=answers)
+    eps = run_episodes(program_context(program(tmp_path, bench)), bench, backend, bench.tasks("dev", n))
+    return eps, backend
+
+
+def test_chat_preset_keeps_turns_plays_whole_replies_and_uses_the_benchmarks_system_prompt(tmp_path):
+    bench = Support()
+    (ep,), backend = play(tmp_path, bench, ["Sorry to hear that.\nLet me check.", "It shipped. DONE"])
+    assert bench.received == ["Sorry to hear that.\nLet me check.", "It shipped. DONE"]  # multi-line, whole
+    assert ep.score == 1.0 and ep.won
+    second = backend.calls[1]
+    assert [m.role for m in second.messages] == ["system", "user", "assistant", "user"]
+    assert second.messages[0].content.startswith("You are a support agent for a shop.")
+    assert "my order 7 never came" in second.messages[1].content and second.messages[3].content == "Customer: and?"
+    assert second.max_tokens == 256 and second.stop is None and second.tools is None
+
+
+def test_over_budget_text_is_cut_visibly_in_tokens_not_silently(tmp_path):
+    bench = Support(padding=400)
+    bench.harness_hints["observation_tokens"] = 60
+    (ep,), backend = play(tmp_path, bench, ["DONE"])
+    opening = backend.calls[0].messages[1].content
+    assert re.search(r"\[\.\.\. \d+ more tokens cut\]", opening) and "my order 7 never came" in opening
+    assert len(opening) < 600 and "more tokens cut" in ep.steps[0].prompt  # and the trace keeps the marker
+    small = Support(padding=3)
+    (_,), backend = play(tmp_path / "small", small, ["DONE"])
+    assert "cut]" not in backend.calls[0].messages[1].content  # within budget: shown whole
+
+
+def test_tool_calling_preset_offers_the_tools_and_sends_calls_as_json(tmp_path):
+    bench = Support(preset="tool-calling", tools=TOOLS)
+    native = GenResult(text="", tool_calls=[{"name": "lookup_order", "arguments": {"order_id": 7}}])
+    written = 'Let me look. {"name": "lookup_order", "arguments": {"order_id": 8}}'
+    (ep,), backend = play(tmp_path, bench, [native, written, "Order 7 shipped yesterday. DONE"])
+    assert [json.loads(a) for a in bench.received[:2]] == [{"name": "lookup_order", "arguments": {"order_id": 7}},
+                                                           {"name": "lookup_order", "arguments": {"order_id": 8}}]
+    assert bench.received[2] == "Order 7 shipped yesterday. DONE" and ep.score == 1.0
+    first = backend.calls[0]
+    assert first.tools == TOOLS and "lookup_order(order_id): Find an order by id." in first.messages[0].content
+    assert "order 7 shipped" in backend.calls[1].messages[-1].content
+
+
+def test_text_game_preset_is_the_default_and_writes_one_line_actions(tmp_path):
+    bench = Support(preset=None)
+    bench.harness_hints = {}
+    (ep,), backend = play(tmp_path, bench, ["DONE and more\nsecond line"])
+    assert bench.received == ["DONE and more"] and backend.calls[0].max_tokens == 24
+    assert backend.calls[0].messages[1].content.startswith("Task: Resolve the customer's ticket.")
+
+
+def test_a_tasks_step_limit_overrides_the_benchmarks_and_max_live_caps_open_envs(tmp_path):
+    bench = Support(task_steps=2, max_live=2)
+    eps, _ = play(tmp_path, bench, ["hello"] * 20, n=5)
+    assert [len(e.steps) for e in eps] == [2] * 5  # the benchmark allows 6
+    assert bench.most_open == 2 and bench.open == 0
+
+
+def test_the_contract_names_every_info_key_and_task_field_the_core_reads():
+    doc = base.__doc__
+    core = Path(base.__file__).parents[1]
+    keys = set()
+    for path in [core / "evaluate.py", core / "seed" / "harness" / "harness.py"]:
+        text = path.read_text()
+        keys |= set(re.findall(r"info\.get\(\"(\w+)\"", text))
+        keys |= set(re.findall(r"for k in \(([^)]*)\) if k in info", text) and
+                    re.findall(r"\"(\w+)\"", re.search(r"for k in \(([^)]*)\) if k in info", text).group(1)))
+    assert {"won", "rewards", "look", "inventory"} <= keys
+    for key in keys:
+        assert f"``{key}``" in doc, f"info key {key!r} is read by the core but not in the benchmark contract"
+    for hint in ("preset", "system_prompt", "observation_tokens", "reply_tokens"):
+        assert f"``{hint}``" in doc
+    for field in ("Task.max_steps", "Task.tools", "Task.hints", "max_live", "Task.gold"):
+        assert field in doc
