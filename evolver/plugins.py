@@ -324,6 +324,11 @@ def make(kind: str, name: str, **options: Any) -> Any:
         raise PluginError(f"{kind} {name!r} rejected its options {sorted(options)}: {exc}") from exc
     except pydantic.ValidationError as exc:  # a plugin's own options model: say which key, as the config does
         raise PluginError(f"{kind} {name!r}: {_explain_options(entry, exc)} (set under [plugins.{name}])") from exc
+    except ImportError as exc:  # a plugin installed without what it needs (pip --no-deps, a partial install)
+        missing = getattr(exc, "name", None) or str(exc)
+        raise PluginError(f"{kind} {name!r} cannot be built: it needs {missing!r}, which is not installed ({exc}). "
+                          "Install the plugin with its dependencies (every first-party plugin: "
+                          "pip install -r plugins/requirements.txt)") from exc
 
 
 def _explain_options(entry: Entry, exc: pydantic.ValidationError) -> str:

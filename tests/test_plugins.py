@@ -64,6 +64,17 @@ def test_broken_plugin_is_named(tmp_path):
         plugins.load_local(path)
 
 
+def test_a_plugin_missing_a_dependency_at_build_time_says_what_to_install(tmp_path):
+    path = tmp_path / "lazy.py"
+    path.write_text("from evolver import hookimpl\n\nclass Lazy:\n    def __init__(self, run=None, **_):\n"
+                    "        import not_installed_anywhere  # noqa\n\n@hookimpl\ndef register_proposers(register):\n"
+                    "    register('lazy', Lazy)\n")
+    plugins.load_local(path)
+    with pytest.raises(PluginError, match="proposer 'lazy' cannot be built: it needs 'not_installed_anywhere'.*"
+                                          "plugins/requirements.txt"):
+        plugins.make("proposer", "lazy", run=None)
+
+
 def test_misspelled_hook_fails_loudly(tmp_path, monkeypatch):
     path = tmp_path / "typo.py"
     path.write_text("from evolver.hookspecs import hookimpl\n@hookimpl\ndef register_benchmark(register):\n    pass\n")
