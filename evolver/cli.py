@@ -418,14 +418,16 @@ patience = 3
 max_wall_s = 540           # the search; the final test evaluation and best-of-N come after it
 
 # One backend per role; roles naming the same backend and model share one copy of the weights.
+# auto: vllm where its plugin and a GPU are, else transformers (in-process; the embedded SmolLM2-135M-Instruct
+# unless model = "path/to/hf-folder" or a .gguf file).
 [roles.executor]
-backend = "transformers"   # model = "path/to/hf-folder" or a .gguf file; default: embedded SmolLM2-135M-Instruct
+backend = "auto"
 [roles.proposer]
-backend = "transformers"
+backend = "auto"
 [roles.builder]
-backend = "transformers"
+backend = "auto"
 [roles.judge]
-backend = "transformers"
+backend = "auto"
 """
 
 

@@ -22,8 +22,9 @@ class Strict(BaseModel):
 
 
 class RoleConfig(Strict):
-    backend: str = "transformers"
-    """Backend name (``evolver plugins`` lists them): transformers, openai, vllm, scripted, ..."""
+    backend: str = "auto"
+    """Backend name (``evolver plugins`` lists them): auto, transformers, openai, vllm, scripted, ...
+    ``auto`` is the fastest local engine installed: vllm where its plugin and a GPU are, else transformers."""
     model: str | None = None
     """Model for the backend; None means the embedded SmolLM2-135M-Instruct for local backends."""
     options: dict[str, Any] = Field(default_factory=dict)

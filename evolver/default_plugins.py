@@ -38,6 +38,8 @@ def register_backends(register):
              "any OpenAI-compatible chat-completions server")
     register("scripted", _lazy("evolver.backends.scripted", "ScriptedBackend"),
              "queued answers or a rule; for tests and deterministic demos")
+    register("auto", _lazy("evolver.backends.auto", "auto_backend"),
+             "the default: vllm where its plugin and a GPU are, else the embedded transformers engine")
 
 
 @hookimpl

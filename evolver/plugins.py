@@ -349,9 +349,12 @@ def _explain_options(entry: Entry, exc: pydantic.ValidationError) -> str:
 def check_config(config) -> None:
     """Every name a run's config gives (benchmark, each role's backend, selector, proposers, plugin
     option tables) resolves, checked before any work, so a typo never surfaces after episodes played."""
+    from evolver.backends.auto import local_engine
     from evolver.config import ROLES
 
-    wanted = [("benchmark", config.benchmark), *(("backend", config.role(r).backend) for r in ROLES),
+    backends = [config.role(r).backend for r in ROLES]
+    backends = [local_engine() if b == "auto" else b for b in backends]
+    wanted = [("benchmark", config.benchmark), *(("backend", b) for b in backends),
               ("selector", config.loop.selector), *(("proposer", name) for name in config.proposers)]
     unknown = []
     for kind, name in dict.fromkeys(wanted):

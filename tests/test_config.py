@@ -9,7 +9,7 @@ def test_defaults_and_overrides(tmp_path):
     path.write_text('benchmark = "basic"\n[loop]\niterations = 7\n[roles.proposer]\nbackend = "openai"\nmodel = "x"\n')
     cfg = load_config(path, ["loop.iterations=2", "roles.executor.options={max_batch = 4}"])
     assert cfg.benchmark == "basic" and cfg.loop.iterations == 2
-    assert cfg.role("proposer").backend == "openai" and cfg.role("judge").backend == "transformers"
+    assert cfg.role("proposer").backend == "openai" and cfg.role("judge").backend == "auto"
     assert cfg.role("executor").options == {"max_batch": 4}
 
 
