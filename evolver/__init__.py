@@ -57,12 +57,14 @@ _API: dict[str, str] = {
     **dict.fromkeys(["check_skill_files", "audit_leakage"], "evolver.checks"),
     # -- playing episodes: evaluation, demonstrations, ablations
     **dict.fromkeys(["run_episodes", "evaluate_many", "summarize"], "evolver.evaluate"),
+    **dict.fromkeys(["Cluster", "share_weights"], "evolver.remote"),  # cluster engines; weights to their workers
     **dict.fromkeys(["has_gold", "replay_gold", "replay_episodes"], "evolver.demonstrations"),
     "variant": "evolver.conditions",
     # -- what proposers show a model: traces, and read-only tools over a folder and the store
     **dict.fromkeys(["format_episode", "brief_step", "gold_text"], "evolver.trace_format"),
     **dict.fromkeys(["Tools", "converse"], "evolver.proposer_tools"),
-    "text_table": "evolver.report",
+    # -- reports: what a report format (hook register_report_formats) is handed
+    **dict.fromkeys(["text_table", "ReportContext"], "evolver.report"),
 }
 
 __all__ = list(_API)

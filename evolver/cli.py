@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -12,8 +13,8 @@ import click
 from evolver import plugins
 from evolver.cli_programs import programs, skills
 from evolver.config import Config, load_config
-from evolver.errors import EvolverError
-from evolver.report import text_table
+from evolver.errors import EvolverError, UnknownNameError
+from evolver.report import latest_report, rewrite, text_table
 from evolver.workspace import open_run, open_workspace
 
 
@@ -231,6 +232,17 @@ def train(obj: Ctx, trainer_name, steps, program_ref, resume, overrides, **train
         extra.append(f"plugins.{trainer_name}.program={json.dumps(program_ref)}")
     config = obj.config(extra + list(overrides))
     entry = plugins.get("trainer", trainer_name)
+    if os.environ.get("RANK", "0") != "0":
+        # A data-parallel rank under torchrun (docs/training.md): the store has one writer, rank 0, which
+        # hands this rank its data; this one only computes gradients, with a run that opens no workspace.
+        from evolver.run import Run
+
+        run = Run(config, None, None, run_id=f"rank-{os.environ['RANK']}")
+        try:
+            entry.factory(run, run.config.plugins.get(trainer_name, {})).train(resume=resume)
+        finally:
+            run.close()
+        return
     plugins.check_benchmark(config.benchmark, config.benchmark_options)  # the tasks it trains on, before the run
     started = time.perf_counter()
     unfinished = {"status": ("running", "failed"), "prefix": "train-"}
@@ -265,9 +277,11 @@ def train(obj: Ctx, trainer_name, steps, program_ref, resume, overrides, **train
 @click.option("--resume", is_flag=True, help="Continue the latest unfinished run.")
 @click.option("--proposer", "proposer_names", multiple=True, help="Proposer(s) to use (default: the config's).")
 @click.option("--iterations", type=int, default=None)
+@click.option("--cluster", "cluster_engine", default=None, metavar="ENGINE",
+              help="Play episodes on a cluster engine (ray; [cluster] in the config sets its address and workers).")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a config key (repeatable).")
 @click.pass_obj
-def run(obj: Ctx, resume, proposer_names, iterations, overrides):
+def run(obj: Ctx, resume, proposer_names, iterations, cluster_engine, overrides):
     """Run the self-improvement loop, then evaluate the frontier on test and write a report."""
     from evolver.loop import run_loop
     from evolver.run import LOOP_RUN_ID
@@ -278,6 +292,8 @@ def run(obj: Ctx, resume, proposer_names, iterations, overrides):
         extra.append(f"proposers={json.dumps(list(proposer_names))}")
     if iterations is not None:
         extra.append(f"loop.iterations={iterations}")
+    if cluster_engine:
+        extra.append(f"cluster.engine={json.dumps(cluster_engine)}")
     config = obj.config(extra + list(overrides))
     from evolver.sandbox import SandboxUnavailable, check_sandbox
     try:  # candidate code will run: refuse now, not after the seed has played, if it cannot be isolated
@@ -383,14 +399,27 @@ def frontier(obj: Ctx):
 
 @cli.command()
 @click.argument("run_id", required=False)
+@click.option("--open", "open_html", is_flag=True, help="Open the HTML report in the browser (evolver-ui writes it).")
 @click.pass_obj
-def report(obj: Ctx, run_id):
-    """Print a run's report (default: the latest finished run)."""
-    reports = Path(obj.config().store) / "reports"
-    files = sorted(reports.glob(f"{run_id or '*'}.md"), key=lambda p: p.stat().st_mtime)
-    if not files:
-        raise EvolverError(f"no report in {reports}: runs write one when they finish")
-    click.echo(files[-1].read_text())
+def report(obj: Ctx, run_id, open_html):
+    """Print a run's report (default: the latest finished run) and write its other formats again (HTML,
+    with the evolver-ui plugin) from the store."""
+    md = latest_report(obj.config(), run_id)
+    click.echo(md.read_text())
+    written = rewrite(obj.config(), md)
+    for name, path in written.items():
+        click.echo(f"{name}: {path}")
+    if "html" not in written:
+        try:
+            plugins.get("report_format", "html")
+        except UnknownNameError as exc:  # says which plugin brings it
+            if open_html:
+                raise
+            click.echo(f"no HTML report: {exc.hint}", err=True)
+    if open_html:
+        import webbrowser
+
+        webbrowser.open(written["html"].resolve().as_uri())
 
 
 DEFAULT_TOML = """\

@@ -117,6 +117,23 @@ class LoopConfig(Strict):
         return data
 
 
+class ClusterConfig(Strict):
+    engine: str = "local"
+    """Where episodes play: "local" (this process, batched in lockstep) or a cluster engine plugin
+    (``ray``: ``pip install -e '.[ray]'``). The driver stays the only store writer either way."""
+    address: str = "local"
+    """The cluster to join: "local" starts one on this machine, "auto" joins the one running here,
+    ``ray://HOST:PORT`` a remote one."""
+    workers: int | None = Field(None, ge=1)
+    """Workers, each holding one executor replica. None: one per GPU in the cluster, else 2."""
+    cpus_per_worker: float = Field(1.0, gt=0)
+    """CPUs each worker reserves."""
+    gpus_per_worker: float | None = Field(None, ge=0)
+    """GPUs each worker reserves. None: 1 when the cluster has GPUs, else 0."""
+    options: dict[str, Any] = Field(default_factory=dict)
+    """Extra keyword arguments for the engine (ray: ``num_cpus`` of a local cluster, ``runtime_env``)."""
+
+
 class Config(Strict):
     """A run's configuration (``evolver.toml`` plus ``--set`` overrides), validated; every field documented."""
 
@@ -146,6 +163,8 @@ class Config(Strict):
     roles: dict[str, RoleConfig] = Field(default_factory=lambda: {r: RoleConfig() for r in ROLES})
     """Backend and model per role: executor, proposer, builder, judge."""
     loop: LoopConfig = Field(default_factory=LoopConfig)
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
+    """Where episodes play (``[cluster] engine = "ray"``); the default plays them in this process."""
     plugins: dict[str, dict[str, Any]] = Field(default_factory=dict)
     """Per-plugin options, e.g. ``[plugins.evoskill] mode = "single-call"``."""
 

@@ -43,6 +43,12 @@ def register_backends(register):
 
 
 @hookimpl
+def register_clusters(register):
+    register("ray", _lazy("evolver.ray_cluster", "ray_cluster"),
+             "Ray actors play episodes across processes, GPUs and machines (pip install -e '.[ray]')")
+
+
+@hookimpl
 def register_selectors(register):
     from evolver.frontier import SELECTORS
 

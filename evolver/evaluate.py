@@ -90,11 +90,8 @@ def evaluate_many(jobs: list, benchmark, backend, *, seed: int = 0,
     Returns one list of episodes per job, in task order. Cached episodes (same program content,
     task, model and seed) are returned from the store instead of being played again.
     """
-    if harness_factory is None and _sandboxes(run):
-        with _sandboxed_harnesses(run) as factory:
-            return evaluate_many(jobs, benchmark, backend, seed=seed, purpose=purpose, store=store, run=run,
-                                 max_live=max_live, use_cache=use_cache, progress=progress,
-                                 on_episode=on_episode, harness_factory=factory, step_monitor=step_monitor)
+    sandboxed = harness_factory is None and _sandboxes(run)
+    cluster = getattr(run, "cluster", None) if harness_factory is None else None  # workers sandbox their own
     if step_monitor is None:
         from evolver.monitor import step_monitor as run_monitor
         step_monitor = run_monitor(run)
@@ -122,11 +119,6 @@ def evaluate_many(jobs: list, benchmark, backend, *, seed: int = 0,
     for key, e in results.items():
         _emit(run, e, on_episode)
     pending = [(j, i, e) for j, i, e in slots if (j, i) not in results]
-    playing = {j for j, _, _ in pending}
-    harnesses = [_try_harness(job.ctx, harness_factory) if j in playing else None for j, job in enumerate(jobs)]
-    lives = (_Live(e, jobs[j].ctx, harnesses[j], e.max_steps, key=(j, i), backend=backends[j],
-                   monitor=step_monitor) for j, i, e in pending)
-    max_live = min(max_live, getattr(benchmark, "max_live", None) or max_live)
 
     def finished(done: list[_Live]) -> None:
         if store is not None:
@@ -136,8 +128,47 @@ def evaluate_many(jobs: list, benchmark, backend, *, seed: int = 0,
             _emit(run, lv.episode, on_episode)
         if progress:
             progress(len(results), total)
-    _play(lives, benchmark, max_live, finished)
+    cluster = getattr(run, "cluster", None) if harness_factory is None else None
+    if pending and cluster is not None and _play_on(cluster, run, jobs, backends, pending, finished, max_live):
+        return [[results[(j, i)] for i in range(len(job.tasks))] for j, job in enumerate(jobs)]
+    playing = {j for j, _, _ in pending}
+    with contextlib.ExitStack() as stack:
+        if sandboxed and playing:
+            harness_factory = stack.enter_context(_sandboxed_harnesses(run))
+        harnesses = [_try_harness(job.ctx, harness_factory) if j in playing else None for j, job in enumerate(jobs)]
+        lives = (_Live(e, jobs[j].ctx, harnesses[j], e.max_steps, key=(j, i), backend=backends[j],
+                       monitor=step_monitor) for j, i, e in pending)
+        max_live = min(max_live, getattr(benchmark, "max_live", None) or max_live)
+        _play(lives, benchmark, max_live, finished)
     return [[results[(j, i)] for i in range(len(job.tasks))] for j, job in enumerate(jobs)]
+
+
+def _play_on(cluster, run, jobs: list[Job], backends: list, pending: list, finished: Callable,
+             max_live: int) -> bool:
+    """Play ``pending`` on the run's cluster workers (:mod:`evolver.remote`); False, having played
+    nothing, when a job's backend can only play in this process (the caller then plays them here)."""
+    from evolver.remote import Unit, describe, pack_program
+
+    specs = [describe(b) for b in backends]
+    if any(specs[j] is None for j, _, _ in pending):
+        return False
+    programs, units = {}, []
+    for j, i, e in pending:
+        ctx = jobs[j].ctx
+        programs.setdefault(ctx.program.hash, ctx.program)
+        tokenizer = getattr(ctx.count_tokens, "__self__", None) is not None  # the model's, not characters / 4
+        units.append(Unit((j, i), e, ctx.program.hash, specs[j], tokenizer))
+    packed = {h: pack_program(p) for h, p in programs.items()}
+    seen: set = set()
+    tokens = run.tokens if isinstance(getattr(run, "tokens", None), dict) else {}
+    for batch in cluster.play(units, packed, run.config, max_live=max_live):
+        done = [_Live(e, jobs[key[0]].ctx, None, e.max_steps, key=key) for key, e in batch if key not in seen]
+        seen.update(lv.key for lv in done)
+        tokens["executor"] = tokens.get("executor", 0) + sum(lv.episode.prompt_tokens + lv.episode.completion_tokens
+                                                             for lv in done)
+        if done:
+            finished(done)  # one store write for the episodes that arrived together
+    return True
 
 
 def _sandboxes(run) -> bool:
@@ -208,6 +239,12 @@ def _play(lives: Iterator[_Live], benchmark, max_live: int, finished: Callable[[
     """Advance up to ``max_live`` episodes in lockstep, one batched model call per round; a slot freed
     by a finished episode is refilled by the next one at once (not when a whole wave is done), so the
     batch stays full while episodes of different lengths finish at different rounds."""
+    for done in _play_iter(lives, benchmark, max_live):
+        finished(done)  # stored as they finish: a run killed now loses only the live ones
+
+
+def _play_iter(lives: Iterator[_Live], benchmark, max_live: int) -> Iterator[list[_Live]]:
+    """:func:`_play` as a generator of the episodes that finish together (a cluster worker streams them)."""
     live: list[_Live] = []
     try:
         while True:
@@ -219,7 +256,7 @@ def _play(lives: Iterator[_Live], benchmark, max_live: int, finished: Callable[[
                 live = [lv for lv in live if not lv.done]
                 for lv in done:
                     _close(lv)
-                finished(done)  # stored as they finish: a run killed now loses only the live ones
+                yield done
                 continue  # refill the freed slots before the next model call
             if not live:
                 return

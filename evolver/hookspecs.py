@@ -79,11 +79,33 @@ def register_migrations(register):
 
 
 @hookspec
+def register_clusters(register):
+    """Register cluster engines for ``[cluster] engine = NAME`` (``evolver run --cluster NAME``).
+
+    Call ``register(name, factory, description)``; ``factory(config)`` (the run's :class:`evolver.Config`)
+    returns an :class:`evolver.Cluster`: it plays units (:class:`evolver.remote.Unit`) on its workers with
+    :class:`evolver.remote.Worker` and yields each finished episode once; the driver stores them.
+    """
+
+
+@hookspec
 def register_selectors(register):
     """Register parent-selection strategies.
 
     :param register: ``register(name, factory, description="")``; ``factory()`` returns a callable
         ``select(frontier, iteration, history) -> member``.
+    """
+
+
+@hookspec
+def register_report_formats(register):
+    """Register report formats written beside a run's Markdown report (``store/reports/RUN.md``): when the
+    run finishes, and again by ``evolver report`` (``evolver report --open`` opens the ``html`` one).
+
+    :param register: ``register(name, write, description="")``; ``write(report)`` writes the file into
+        ``report.folder`` and returns its path. ``report`` is an :class:`evolver.ReportContext`: the run's
+        id and summary, its store (read it only) and program repository. A failure at the end of a run is
+        logged and the run still finishes; ``evolver report`` shows it as an error.
     """
 
 
@@ -130,6 +152,27 @@ def on_candidate(run, candidate, outcome):
 @hookspec
 def on_frontier_changed(run, frontier):
     """The frontier admitted or evicted a member. :param frontier: the :class:`evolver.frontier.Frontier`."""
+
+
+@hookspec
+def on_iteration_end(run, iteration, summary):
+    """An iteration of the loop finished and is stored (a resumed run does not replay finished ones).
+
+    :param iteration: its number, from 0.
+    :param summary: dict: ``parent`` (the program it started from), ``train_score`` (the parent's mean
+        score on the iteration's training rollouts), ``failures``, ``candidates`` and ``admitted`` (ids),
+        ``frontier`` (``Frontier.to_dict()``), and ``note`` when it stopped early (no failures).
+    """
+
+
+@hookspec
+def on_train_step(run, step, metrics):
+    """A trainer recorded a step (``Run.add_train_steps``), already in the store's ``train_steps`` table.
+
+    :param run: the training run: ``evolver train``'s own, or inside a loop run ``RUN-<operator>-it<N>``.
+    :param step: the step number.
+    :param metrics: dict of the step's metrics (e.g. ``loss``, ``reward_mean``; values may be nested dicts).
+    """
 
 
 @hookspec

@@ -270,6 +270,7 @@ def _finish_iteration(run: Run, it: int, summary: dict, note: str) -> list[str]:
     if note:
         summary["note"] = note
     run.store.finish_iteration(run.id, it, run.frontier.ids(), summary)
+    plugins.hook().on_iteration_end(run=run, iteration=it, summary=summary)
     return summary.get("admitted", [])
 
 

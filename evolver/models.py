@@ -27,7 +27,11 @@ class CountingBackend(Backend):
 
     def __init__(self, inner: Backend, counter: dict, role: str):
         self.inner, self.counter, self.role = inner, counter, role
-        self.name, self.model, self.scores_options = inner.name, inner.model, inner.scores_options
+        self.name, self.scores_options = inner.name, inner.scores_options
+
+    @property
+    def model(self) -> str:  # type: ignore[override]
+        return self.inner.model  # follows the weights a trainer loads (load_weights changes it)
 
     def generate(self, requests: list[GenRequest]) -> list[GenResult]:
         return self._count(self.inner.generate(requests))
@@ -55,6 +59,16 @@ class CountingBackend(Backend):
         return getattr(self.inner, name)
 
 
+def _remote(backend: Backend, name: str, model: str | None, options: dict) -> Backend:
+    """How a cluster worker makes the same backend (:func:`evolver.remote.describe`), and the weights it was
+    made with (a trainer that changes them in place changes ``model``)."""
+    try:
+        backend.remote_spec = {"backend": name, "model": model, "options": dict(options), "made_as": backend.model}
+    except AttributeError:  # a backend with __slots__ or a read-only attribute: it plays only here
+        pass
+    return backend
+
+
 class Models:
     """The backend pool of one run (see the module docstring)."""
 
@@ -67,7 +81,8 @@ class Models:
         (one copy of the weights in memory)."""
         rc, key = self.config.role(role), self._role_key(role)
         if key not in self._backends:
-            self._backends[key] = plugins.make("backend", rc.backend, model=rc.model, **rc.options)
+            self._backends[key] = _remote(plugins.make("backend", rc.backend, model=rc.model, **rc.options),
+                                          rc.backend, rc.model, rc.options)
         return CountingBackend(self._backends[key], self.tokens, role)
 
     def checkpoint_of(self, program: Program) -> str | None:
@@ -90,7 +105,8 @@ class Models:
             loaded = [k for k in self._backends if k[0] == "checkpoint"]
             for old in loaded[:-1]:
                 self._backends.pop(old).close()
-            self._backends[key] = plugins.make("backend", rc.backend, model=ckpt, **rc.options)
+            self._backends[key] = _remote(plugins.make("backend", rc.backend, model=ckpt, **rc.options),
+                                          rc.backend, ckpt, rc.options)
         return CountingBackend(self._backends[key], self.tokens, "executor")
 
     def _role_key(self, role: str) -> tuple:

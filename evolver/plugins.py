@@ -37,8 +37,9 @@ GROUP = "evolver"
 #: Nothing in the core imports these plugins or depends on what they do.
 FIRST_PARTY = {("benchmark", "twx"): "twx", ("backend", "transformers"): "transformers",
                ("backend", "vllm"): "vllm", ("proposer", "imitation"): "experience",
-               ("proposer", "expert-iteration"): "experience", ("proposer", "evoskill"): "evoskill"}
-KINDS = ("benchmark", "backend", "proposer", "trainer", "harness", "selector")
+               ("proposer", "expert-iteration"): "experience", ("proposer", "evoskill"): "evoskill",
+               ("report_format", "html"): "ui"}
+KINDS = ("benchmark", "backend", "proposer", "trainer", "harness", "selector", "report_format", "cluster")
 HOOK_OF = {kind: f"register_{kind}es" if kind.endswith("s") else f"register_{kind}s" for kind in KINDS}
 
 
@@ -206,6 +207,11 @@ def load_local(path: str | Path, pm: pluggy.PluginManager | None = None) -> str:
     return name
 
 
+def local_paths() -> list[str]:
+    """The local plugin files and folders loaded so far (a cluster worker loads the same ones)."""
+    return list(_local_loaded)
+
+
 def _import_file(file: Path):
     """Import one plugin file: under its own name (its folder's, for a package) when that is free, so a
     sibling module's ``import`` of it finds the same module; otherwise under a private name."""
@@ -355,6 +361,7 @@ def check_config(config) -> None:
     backends = [config.role(r).backend for r in ROLES]
     backends = [local_engine() if b == "auto" else b for b in backends]
     wanted = [("benchmark", config.benchmark), *(("backend", b) for b in backends),
+              *([("cluster", config.cluster.engine)] if config.cluster.engine != "local" else []),
               ("selector", config.loop.selector), *(("proposer", name) for name in config.proposers)]
     unknown = []
     for kind, name in dict.fromkeys(wanted):

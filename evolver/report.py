@@ -1,10 +1,16 @@
 """The run report: the seed, the evolved best and the best-of-N baseline on test with their paired
 differences, the frontier table, every candidate with its paired dev evidence, each admitted program's
-diff, tokens used. Written as Markdown (for people) and JSON (for scripts) under ``store/reports/``."""
+diff, tokens used. Written as Markdown (for people) and JSON (for scripts) under ``store/reports/``, and in
+every format a plugin registers (hook ``register_report_formats``; ``html`` comes with evolver-ui)."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from evolver import plugins
+from evolver.errors import EvolverError, PluginError
 
 
 def text_table(cols: list[str], rows: list[list]) -> str:
@@ -124,9 +130,86 @@ def monitor_lines(run, proposals: list[dict]) -> list[str]:
 
 
 def write_report(run, summary: dict) -> Path:
+    """Write the Markdown and JSON reports, then every registered report format (a format that fails is
+    logged: the run's results are in the store and the Markdown already). Returns the Markdown's path."""
     out = Path(run.config.store) / "reports"
     out.mkdir(parents=True, exist_ok=True)
     md = out / f"{run.id}.md"
     md.write_text(render(run, summary))
     (out / f"{run.id}.json").write_text(json.dumps(summary, indent=2, default=str))
+    try:
+        write_formats(ReportContext(run.id, summary, run.store, run.repo, out))
+    except PluginError as exc:
+        run.log(f"report: {exc}")
     return md
+
+
+@dataclass
+class ReportContext:
+    """What a report format (hook ``register_report_formats``) is handed. New attributes may appear;
+    a format ignores what it does not use.
+
+    :ivar run_id: the run the report is about.
+    :ivar summary: the run's summary (``store/reports/RUN.json``): ``test`` (per program: score, success,
+        context_tokens, cost, per_category), ``baseline``, ``best``, ``best_of_n``, ``paired``, ``frontier``
+        (objectives and members with their dev metrics), ``tokens``, ``iterations``, ``wall_s``.
+    :ivar store: the run's :class:`evolver.Store`, to read (it may be open read-only): ``programs``,
+        ``proposals``, ``evaluations``, ``frontier_events`` of ``run_id``, and ``train_steps`` through
+        ``Store.query`` (training runs inside the loop are ``RUN-<operator>-it<N>``).
+    :ivar repo: the :class:`evolver.ProgramRepo`: ``repo.diff(parent, child)`` is a program's diff.
+    :ivar folder: where reports go (``store/reports/``); a format writes ``folder / f"{run_id}.<suffix>"``.
+    """
+
+    run_id: str
+    summary: dict
+    store: Any
+    repo: Any
+    folder: Path
+
+
+def write_formats(report: ReportContext) -> dict[str, Path]:
+    """Write every registered report format; returns name -> path. A format that fails is a PluginError
+    naming it (the others are still written)."""
+    written, failed = {}, []
+    for name, entry in sorted(plugins.registries()["report_format"].entries.items()):
+        try:
+            written[name] = Path(entry.factory(report))
+        except ImportError as exc:  # a plugin installed without what it needs (pip --no-deps)
+            failed.append(f"report format {name!r} (plugin {entry.plugin}) needs {exc.name or exc!s}, which is not "
+                          "installed: install the plugin with its dependencies")
+        except Exception as exc:  # one format's bug must not cost the others
+            failed.append(f"report format {name!r} (plugin {entry.plugin}) failed: {exc!r}")
+    if failed:
+        raise PluginError("; ".join(failed))
+    return written
+
+
+def latest_report(config, run_id: str | None = None) -> Path:
+    """The Markdown report of ``run_id``, or of the run that finished last. EvolverError when there is none."""
+    reports = Path(config.store) / "reports"
+    files = sorted(reports.glob(f"{run_id or '*'}.md"), key=lambda p: p.stat().st_mtime)
+    if not files:
+        raise EvolverError(f"no report in {reports}: runs write one when they finish")
+    return files[-1]
+
+
+def rewrite(config, md: Path) -> dict[str, Path]:
+    """``evolver report``: every registered format of the Markdown report ``md``'s run written again from
+    the store (opened read-only) and the run's summary (the JSON beside ``md``). Returns name -> path."""
+    from evolver.workspace import open_workspace
+
+    if not format_names():
+        return {}
+    if not md.with_suffix(".json").exists():
+        raise EvolverError(f"{md.with_suffix('.json')} is missing: the other formats are drawn from the run's summary")
+    summary = json.loads(md.with_suffix(".json").read_text())
+    store, repo = open_workspace(config, read_only=True)
+    try:
+        return write_formats(ReportContext(md.stem, summary, store, repo, md.parent))
+    finally:
+        store.close()
+
+
+def format_names() -> list[str]:
+    """The registered report formats (besides Markdown and JSON, which the core writes)."""
+    return plugins.registries()["report_format"].names()

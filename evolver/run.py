@@ -42,11 +42,13 @@ class Run:
         models: the backend pool (:class:`evolver.models.Models`) behind ``backend``, ``executor_for``
             and ``checkpoint_of``.
         started: the wall-clock start (``time.time()``); ``elapsed()`` is the seconds since.
-        status: one line for the progress display; set it to say what a long step is doing.
+        status: one line for the progress display; set it to say what a long step is doing. It is also
+            published to ``<workspace>/live/<id>.json`` (:mod:`evolver.live`), which ``evolver ui`` reads.
 
     Methods: ``backend(role)``, ``executor_for(program)``, ``checkpoint_of(program)``,
     ``context(program)`` (what a harness sees, skills through the ``select_skills`` hook),
-    ``commit_child(...)``, ``training_run(program, run_id)``, ``log(message)``, ``record()``, ``close()``.
+    ``commit_child(...)``, ``training_run(program, run_id)``, ``add_train_steps(rows)``, ``log(message)``,
+    ``record()``, ``close()``.
     """
 
     def __init__(self, config: Config, store, repo, run_id: str | None = None, resumed: bool = False,
@@ -65,8 +67,10 @@ class Run:
         self.frontier: Frontier = Frontier.from_config(lc.objectives, lc.frontier_capacity, lc.gate, lc.gate_level)
         self.models = Models(config, self.workspace, self.tokens)
         self._benchmark = None
+        self._cluster = None
         self.ui = None  # the progress display (evolver.ui.LiveStatus), when one is attached
         self._status = ""
+        self._live = None  # evolver.live.LivePublisher, made on the first status: what `evolver ui` shows
 
     @property
     def status(self) -> str:
@@ -78,6 +82,11 @@ class Run:
         self._status = text
         if self.ui is not None:
             self.ui.update(self)
+        if self._live is None:
+            from evolver.live import LivePublisher
+
+            self._live = LivePublisher(self)
+        self._live.publish()
 
     # -- parts, built lazily -------------------------------------------------------------------
     @property
@@ -85,6 +94,14 @@ class Run:
         if self._benchmark is None:
             self._benchmark = plugins.make("benchmark", self.config.benchmark, **self.config.benchmark_options)
         return self._benchmark
+
+    @property
+    def cluster(self):
+        """The cluster engine episodes play on (``[cluster] engine``), started on first use; None plays
+        them in this process."""
+        if self._cluster is None and self.config.cluster.engine != "local":
+            self._cluster = plugins.make("cluster", self.config.cluster.engine, config=self.config)
+        return self._cluster
 
     def backend(self, role: str) -> Backend:
         """The backend for a role (:meth:`evolver.models.Models.backend`): roles that name the same backend
@@ -146,9 +163,19 @@ class Run:
         if start:
             config.roles["executor"].model = start
         train = Run(config, self.store, self.repo, run_id=run_id)
+        train._cluster, train._shares_cluster = self.cluster, True  # one set of workers per driver
         if self.store.get_run(run_id) is None:
             train.record()
         return train
+
+    def add_train_steps(self, rows: list[dict]) -> None:
+        """Record training steps (each row: ``step`` and its metrics) in the store's ``train_steps`` table,
+        then hand each to the ``on_train_step`` hook (experiment trackers log them as they come)."""
+        self.store.add_train_steps(self.id, rows)
+        hook = plugins.hook()
+        for row in rows:
+            hook.on_train_step(run=self, step=int(row["step"]),
+                               metrics={k: v for k, v in row.items() if k != "step"})
 
     def log(self, message: str) -> None:
         if self.console is not None:
@@ -160,6 +187,11 @@ class Run:
             self.store.create_run(self.id, self.config.benchmark, dump_config(self.config))
 
     def close(self) -> None:
+        if self._live is not None:
+            self._live.publish(state="closed", force=True)
+        if self._cluster is not None and not getattr(self, "_shares_cluster", False):
+            self._cluster.close()
+        self._cluster = None
         self.models.close()
         if self._benchmark is not None:
             self._benchmark.close()

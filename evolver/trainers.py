@@ -17,7 +17,8 @@ Contract:
   other keys are kept in the run's summary.
 - Checkpoints are HF folders in the workspace, each committed as a program whose manifest ``model``
   points at it (:meth:`evolver.Run.commit_child`), so ``evolver eval --program ID`` plays the new weights.
-- Per-step metrics go to the store's ``train_steps`` table (``run.store.add_train_steps``).
+- Per-step metrics go to the store's ``train_steps`` table and the ``on_train_step`` hook, both through
+  ``run.add_train_steps(rows)``.
 - ``train(resume=True)`` continues the run from its newest checkpoint; a trainer that cannot resume
   raises :class:`evolver.EvolverError` saying so.
 

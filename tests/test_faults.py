@@ -115,14 +115,14 @@ def check_run_invariants(ws: Path, played: set[str]) -> dict:
     return run
 
 
-def killed_then_resumed(tmp_path: Path, seed: int, kills: int) -> None:
+def killed_then_resumed(tmp_path: Path, seed: int, kills: int, extra: list[str] = ()) -> None:
     rng = random.Random(seed)
     ws, marks = tmp_path / "ws", tmp_path / "marks"
     marks.mkdir()
     finished = False
     for k in range(kills):
         before = len(list(marks.iterdir()))
-        proc = spawn(run_args(ws) + ["run"] + (["--resume"] if k else ["--iterations", "3"]), marks,
+        proc = spawn(run_args(ws) + ["run", *extra] + (["--resume"] if k else ["--iterations", "3"]), marks,
                      start_new_session=True)
         # From the first episode this process plays, a random delay: anywhere in proposing, building,
         # checking, evaluating, admitting or recording (a run takes a few seconds).
@@ -135,7 +135,7 @@ def killed_then_resumed(tmp_path: Path, seed: int, kills: int) -> None:
             break
         kill_9(proc, group=rng.random() < 0.5)
     if not finished:
-        r = CliRunner().invoke(cli, run_args(ws) + ["run", "--resume"], env={"TOY_MARK_DIR": str(marks)},
+        r = CliRunner().invoke(cli, run_args(ws) + ["run", *extra, "--resume"], env={"TOY_MARK_DIR": str(marks)},
                                catch_exceptions=False)
         assert r.exit_code == 0, r.output
     check_run_invariants(ws, {p.name.rsplit("-", 1)[1] for p in marks.iterdir()})
@@ -143,6 +143,15 @@ def killed_then_resumed(tmp_path: Path, seed: int, kills: int) -> None:
 
 def test_run_killed_at_random_points_then_resumed_loses_and_doubles_nothing(tmp_path):
     killed_then_resumed(tmp_path, seed=0, kills=2)
+
+
+def test_a_driver_killed_on_a_ray_cluster_resumes_and_loses_and_doubles_nothing(tmp_path):
+    """The driver alone writes the store, so a driver killed while Ray workers play resumes as in-process
+    runs do; the cluster it started goes with it (Ray's own reaper), and the resumed run starts another."""
+    pytest.importorskip("ray")
+    killed_then_resumed(tmp_path, seed=3, kills=1, extra=["--cluster", "ray", "--set=cluster.workers=2",
+                                                          "--set=cluster.cpus_per_worker=0.5",
+                                                          "--set=cluster.options={num_cpus = 2}"])
 
 
 @pytest.mark.slow

@@ -18,7 +18,8 @@ from evolver.config import ROLES, load_config
 from evolver.errors import UnknownNameError
 
 ROOT = Path(__file__).resolve().parents[1]
-HEAVY = ("torch", "transformers", "accelerate", "gguf", "safetensors", "textworld_express", "py4j")
+HEAVY = ("torch", "transformers", "accelerate", "gguf", "safetensors", "textworld_express", "py4j",
+         "matplotlib")  # matplotlib: the HTML report's plots live in plugins/ui
 
 
 def test_the_core_declares_no_engine_or_twx():

@@ -6,6 +6,7 @@ Token counts are word counts: deterministic and independent of any tokenizer.
 """
 from __future__ import annotations
 
+import time
 from collections import deque
 from typing import Any, Callable
 
@@ -22,8 +23,11 @@ class ScriptedBackend(Backend):
 
     def __init__(self, answers: list[str | GenResult] | None = None,
                  rule: Callable[[GenRequest], str | GenResult] | None = None, model: str = "scripted",
-                 **_: Any):
-        """``answers`` may hold ready-made ``GenResult``s (e.g. to inject a per-request error)."""
+                 latency_s: float = 0.0, **_: Any):
+        """``answers`` may hold ready-made ``GenResult``s (e.g. to inject a per-request error).
+        ``latency_s``: each call sleeps this long, whatever its batch size (a model's batched step, for
+        measuring what surrounds the model: ``bench/cluster_scaling.py``)."""
+        self.latency_s = latency_s
         self.answers: deque[str | GenResult] = deque(answers or [])
         self.rule = rule
         self.model = model
@@ -31,6 +35,8 @@ class ScriptedBackend(Backend):
         self.choice_calls: list[ChoiceRequest] = []
 
     def generate(self, requests: list[GenRequest]) -> list[GenResult]:
+        if self.latency_s and not self._in_call:
+            time.sleep(self.latency_s)
         return [self._answer(req) for req in requests]
 
     def _answer(self, req: GenRequest) -> GenResult:
@@ -48,8 +54,19 @@ class ScriptedBackend(Backend):
         text = _cut_at_stop(str(answer), req.stop)
         return GenResult(text=text, prompt_tokens=self._prompt_tokens(req), completion_tokens=self.count_tokens(text))
 
+    _in_call = False
+
     def choose(self, requests: list[ChoiceRequest]) -> list[ChoiceResult]:
         """With a rule that names one of the options, pick it; otherwise generate and match."""
+        if self.latency_s:
+            time.sleep(self.latency_s)
+        self._in_call = True  # one call's latency, however many generations it makes
+        try:
+            return self._choose(requests)
+        finally:
+            self._in_call = False
+
+    def _choose(self, requests: list[ChoiceRequest]) -> list[ChoiceResult]:
         out = []
         for req in requests:
             self.choice_calls.append(req)

@@ -62,6 +62,7 @@ class TransformersEngine:
             self.backend.load_weights(_state(model), model_id=version)
         else:
             self.backend.weights_changed(model_id=version)
+        _to_cluster(self, model, version)
         return time.perf_counter() - t0
 
 
@@ -78,17 +79,42 @@ class VLLMEngine:
 
     def learner(self):
         """A separate copy on the learner's device: vLLM keeps its own weights."""
-        import torch
-        from transformers import AutoModelForCausalLM
-
-        dev = "cuda" if torch.cuda.is_available() else "cpu"
-        return AutoModelForCausalLM.from_pretrained(self.model_path, dtype=torch.float32,
-                                                    local_files_only=True).to(dev)
+        return _load_learner(self.model_path)
 
     def sync(self, model, version: str) -> float:
         t0 = time.perf_counter()
         self.backend.load_weights(_state(model), model_id=version)
+        _to_cluster(self, model, version)
         return time.perf_counter() - t0
+
+
+def _to_cluster(engine, model, version: str) -> None:
+    """With ``[cluster] engine = "ray"``, rollouts play on the cluster's workers: they get the new weights
+    (through its object store) before any rollout of this version; until then rollouts play here."""
+    run = getattr(engine, "run", None)
+    if run is not None:
+        from evolver import share_weights
+
+        share_weights(run, engine.backend, lambda: _state(model), version)
+
+
+def _load_learner(path: str):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, local_files_only=True).to(dev)
+
+
+def learner_only(run, name: str | None = None):
+    """The model to train, without an engine to play rollouts: a data-parallel rank other than 0
+    (``evolver_grpo.parallel``), which only computes gradients. No vLLM engine is started for it."""
+    rc = run.config.role("executor")
+    if (name or rc.backend) == "vllm":
+        from evolver_transformers.embedded import embedded_model_dir
+
+        return _load_learner(rc.model or str(embedded_model_dir()))
+    return make_engine(run, name).learner()
 
 
 def _state(model) -> dict:
@@ -106,11 +132,16 @@ def make_engine(run, name: str | None = None):
     inner = getattr(backend, "inner", backend)  # CountingBackend wraps the real one
     kind = name or inner.name
     if kind == "transformers":
-        return TransformersEngine(inner)
-    if kind == "vllm":
+        engine = TransformersEngine(inner)
+    elif kind == "vllm":
         rc = run.config.role("executor")
         from evolver_transformers.embedded import embedded_model_dir
 
-        return VLLMEngine(inner, rc.model or str(embedded_model_dir()))
+        engine = VLLMEngine(inner, rc.model or str(embedded_model_dir()))
+    else:
+        engine = None
+    if engine is not None:
+        engine.run = run  # its cluster, if any, gets each sync's weights
+        return engine
     raise EvolverError(f"no rollout engine for backend {kind!r}: GRPO trains a local model, so set "
                        "roles.executor.backend to 'transformers' (CPU) or 'vllm' (GPU)")

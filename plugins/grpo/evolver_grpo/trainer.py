@@ -15,6 +15,10 @@ One step:
    so no cached episode of the old policy is ever reused.
 Metrics per step go to the ``train_steps`` table; checkpoints are HF folders in the workspace,
 each committed as a program whose manifest ``model`` points at it.
+
+Under ``torchrun`` (``evolver_grpo.parallel``) rank 0 plays the rollouts, computes the advantages and
+hands the batch to the other ranks; every rank computes its share of the micro-batches (3-4), and the
+gradients sum to the whole batch's. Rank 0 alone writes to the workspace.
 """
 from __future__ import annotations
 
@@ -29,9 +33,10 @@ import torch
 from evolver import Trainer, evaluate_many, summarize
 from evolver_grpo import advantages as adv_mod
 from evolver_grpo.config import GRPOConfig, load
-from evolver_grpo.engines import RolloutBackend, make_engine
+from evolver_grpo.engines import RolloutBackend, learner_only, make_engine
 from evolver_grpo.logprobs import completion_logprobs
 from evolver_grpo.objective import policy_loss, token_weights
+from evolver_grpo.parallel import Parallel
 from evolver_grpo.samples import Sample, collect
 
 
@@ -47,15 +52,20 @@ class GRPOTrainer(Trainer):
         self._engine = engine
         self.progress = progress or (lambda row: None)
         self.history: list[dict] = []
+        self.par = Parallel.from_env(self.cfg.parallel)  # one process unless launched by torchrun
+        self.cfg = self.par.broadcast(self.cfg)  # rank 0's options (a resumed run's recorded ones) everywhere
 
     # ------------------------------------------------------------------------------- set-up
     def setup(self) -> None:
-        cfg, run = self.cfg, self.run
+        cfg, run, par = self.cfg, self.run, self.par
         torch.manual_seed(cfg.seed)
         self.rng = random.Random(cfg.seed)
-        self.engine = self._engine or make_engine(run, cfg.engine)
-        self.model = self.engine.learner()
-        self.base_id = self.engine.backend.base_model
+        if par.main:
+            self.engine = self._engine or make_engine(run, cfg.engine)
+            self.model = self.engine.learner()
+            self.base_id = self.engine.backend.base_model
+        else:  # another rank: only gradients; rank 0's weights arrive when the model is wrapped
+            self.engine, self.model = None, learner_only(run, cfg.engine)
         if cfg.lora:
             from peft import LoraConfig, get_peft_model
 
@@ -64,11 +74,18 @@ class GRPOTrainer(Trainer):
         if cfg.gradient_checkpointing:
             self.model.gradient_checkpointing_enable()
         self.model.eval()  # no dropout in rollouts or updates: ratios must be exact
+        par.broadcast_weights(self.model)  # rank 0's on every rank, before the reference copies them
         self.ref = None
         if cfg.beta > 0 and not cfg.lora:  # LoRA's reference is the same model with adapters off
             self.ref = copy.deepcopy(self.model).requires_grad_(False)
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        self.opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        par.wrap(self.model)
+        self.opt = torch.optim.AdamW(par.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        if par.main:
+            self._setup_rollouts()
+
+    def _setup_rollouts(self) -> None:
+        """What playing the rollouts needs (rank 0's): the program, its tasks and the sampler."""
+        cfg, run = self.cfg, self.run
         self.program = run.repo.checkout(cfg.program)
         program = self.program
         if not cfg.skills:
@@ -125,6 +142,38 @@ class GRPOTrainer(Trainer):
 
     # ------------------------------------------------------------------------------- one step
     def step(self, step: int) -> dict:
+        par = self.par
+        t0 = time.perf_counter()
+        with par.full_params():  # rank 0 plays with the whole weights (every rank enters under FSDP)
+            played = self._play(step) if par.main else {}
+        train = par.broadcast(played.get("train"))  # rank 0's batch, advantages set, on every rank
+        metrics = self._update(train)
+        with par.full_params():
+            version = f"{self.base_id}+grpo:{self.run.id}:{step + 1}" if par.main else ""
+            t_sync = self.engine.sync(self.model, version) if par.main else 0.0
+        if not par.main:
+            return metrics
+        episodes, trajs, samples = played["episodes"], played["trajs"], played["samples"]
+        n_zero, n_groups = played["n_zero"], played["n_groups"]
+        totals = np.array([adv_mod.total(t, self.acfg) for t in trajs]) if trajs else np.zeros(1)
+        row = {"step": step + 1, "reward_mean": float(totals.mean()), "reward_std": float(totals.std()),
+               "score_mean": float(np.mean([e.score for e in episodes])) if episodes else 0.0,
+               "zero_var_frac": n_zero / max(n_groups, 1), "groups": n_groups, "episodes": len(episodes),
+               "samples": len(samples), "trained_samples": len(train),
+               "response_len": float(np.mean([len(s.completion_ids) for s in samples])) if samples else 0.0,
+               "errors": sum(1 for e in episodes if e.error),
+               "monitor_blocked": sum(1 for e in episodes for st in e.steps if st.monitor and st.monitor.get("blocked")),
+               "rewards": {k: float(np.mean([t.rewards.get(k, 0.0) for t in trajs]))
+                           for k in adv_mod.reward_names(trajs)},
+               **metrics, "rollout_s": played["rollout_s"], "sync_s": t_sync}
+        row["step_s"] = time.perf_counter() - t0
+        self.run.add_train_steps([row])
+        self.history.append(row)
+        self.progress(row)
+        return row
+
+    def _play(self, step: int) -> dict:
+        """Steps 1-2 (rank 0): the rollouts, their samples and advantages, and the samples to train on."""
         cfg = self.cfg
         t0 = time.perf_counter()
         episodes, group_of = self.rollout(step, self._next_tasks(cfg.tasks_per_step))
@@ -156,34 +205,20 @@ class GRPOTrainer(Trainer):
             s.advantage = float(advs[s.traj][s.step])
         # Without KL a zero-advantage sample has zero gradient: skip its compute.
         train = samples if cfg.beta > 0 else [s for s in samples if abs(s.advantage) > 1e-12]
-        metrics = self._update(train)
-        totals = np.array([adv_mod.total(t, self.acfg) for t in trajs]) if trajs else np.zeros(1)
-        t_sync = self.engine.sync(self.model, f"{self.base_id}+grpo:{self.run.id}:{step + 1}")
-        row = {"step": step + 1, "reward_mean": float(totals.mean()), "reward_std": float(totals.std()),
-               "score_mean": float(np.mean([e.score for e in episodes])) if episodes else 0.0,
-               "zero_var_frac": n_zero / max(n_groups, 1), "groups": n_groups, "episodes": len(episodes),
-               "samples": len(samples), "trained_samples": len(train),
-               "response_len": float(np.mean([len(s.completion_ids) for s in samples])) if samples else 0.0,
-               "errors": sum(1 for e in episodes if e.error),
-               "monitor_blocked": sum(1 for e in episodes for st in e.steps if st.monitor and st.monitor.get("blocked")),
-               "rewards": {k: float(np.mean([t.rewards.get(k, 0.0) for t in trajs]))
-                           for k in adv_mod.reward_names(trajs)},
-               **metrics, "rollout_s": t_rollout, "sync_s": t_sync}
-        row["step_s"] = time.perf_counter() - t0
-        self.run.store.add_train_steps(self.run.id, [row])
-        self.history.append(row)
-        self.progress(row)
-        return row
+        return {"episodes": episodes, "trajs": trajs, "samples": samples, "train": train, "n_zero": n_zero,
+                "n_groups": n_groups, "rollout_s": t_rollout}
 
     def _ref_ctx(self):
         return self.model.disable_adapter() if self.cfg.lora else contextlib.nullcontext()
 
     def _logprobs(self, model, batch: list[Sample], grad: bool, entropy: bool = False):
         ctx = contextlib.nullcontext() if grad else torch.no_grad()
+        # the learner through the parallel wrapper (DDP syncs what runs in it; FSDP gathers the weights)
+        call = self.par.forward if model is self.model else (lambda fn, *a, **kw: fn(model, *a, **kw))
         with ctx:
-            return completion_logprobs(model, [s.prompt_ids for s in batch], [s.completion_ids for s in batch],
-                                       chunk=self.cfg.logprob_chunk, autocast=self.cfg.autocast,
-                                       with_entropy=entropy, share=self.cfg.share_prefix)
+            return call(completion_logprobs, [s.prompt_ids for s in batch], [s.completion_ids for s in batch],
+                        chunk=self.cfg.logprob_chunk, autocast=self.cfg.autocast,
+                        with_entropy=entropy, share=self.cfg.share_prefix)
 
     def _update(self, train: list[Sample]) -> dict:
         cfg = self.cfg
@@ -201,39 +236,46 @@ class GRPOTrainer(Trainer):
         adv_tok = [torch.cat([torch.full((len(s.completion_ids),), s.advantage) for s in mb]) for mb in mbs]
         t0 = time.perf_counter()
         token_level = cfg.estimator in adv_mod.TOKEN_LEVEL  # needs the old policy's entropies too
+        # In parallel every rank holds the whole batch (so the weights are the whole batch's) and
+        # computes its share of the micro-batches; one process computes them all.
+        plan = self.par.schedule(len(mbs))
         old, old_ent, ref = [None] * len(mbs), [None] * len(mbs), [None] * len(mbs)
         if cfg.mu > 1 or token_level:
-            for k, mb in enumerate(mbs):
+            for k, _ in plan:
                 if token_level:
-                    old[k], old_ent[k] = self._logprobs(self.model, mb, grad=False, entropy=True)
+                    old[k], old_ent[k] = self._logprobs(self.model, mbs[k], grad=False, entropy=True)
                 else:
-                    old[k] = self._logprobs(self.model, mb, grad=False)
+                    old[k] = self._logprobs(self.model, mbs[k], grad=False)
         if cfg.beta > 0:
             with self._ref_ctx():
-                for k, mb in enumerate(mbs):
-                    ref[k] = self._logprobs(self.ref if self.ref is not None else self.model, mb, grad=False)
+                for k, _ in plan:
+                    ref[k] = self._logprobs(self.ref if self.ref is not None else self.model, mbs[k], grad=False)
         out["logprob_s"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         wsum = float(weights.sum()) or 1.0
+        keys = ("loss", "kl", "clip_frac", "ratio_mean", "entropy")
         for it in range(cfg.mu):
             self.opt.zero_grad(set_to_none=True)
-            agg = {"loss": 0.0, "kl": 0.0, "clip_frac": 0.0, "ratio_mean": 0.0, "entropy": 0.0}
-            for k, mb in enumerate(mbs):
-                lp, ent = self._logprobs(self.model, mb, grad=True, entropy=True)
-                old_lp = old[k] if old[k] is not None else lp.detach()
-                a = adv_tok[k].to(lp.device)
-                if token_level:
-                    a = adv_mod.taco_token_weights(old_lp, old_ent[k], a, cfg.taco_alpha, cfg.taco_lambda)
-                loss, st = policy_loss(lp, old_lp, a, wsplit[k].to(lp.device), eps_low=cfg.eps_low,
-                                       eps_high=cfg.eps_high, beta=cfg.beta, ref_logp=ref[k],
-                                       kl_estimator=cfg.kl)
-                loss.backward()
+            agg = dict.fromkeys(keys, 0.0)
+            for j, (k, real) in enumerate(plan):
+                with self.par.micro_step(last=j == len(plan) - 1):
+                    lp, ent = self._logprobs(self.model, mbs[k], grad=True, entropy=True)
+                    old_lp = old[k] if old[k] is not None else lp.detach()
+                    a = adv_tok[k].to(lp.device)
+                    if token_level:
+                        a = adv_mod.taco_token_weights(old_lp, old_ent[k], a, cfg.taco_alpha, cfg.taco_lambda)
+                    loss, st = policy_loss(lp, old_lp, a, wsplit[k].to(lp.device), eps_low=cfg.eps_low,
+                                           eps_high=cfg.eps_high, beta=cfg.beta, ref_logp=ref[k],
+                                           kl_estimator=cfg.kl)
+                    self.par.backward(loss, real)
+                if not real:
+                    continue  # a repeat that keeps the ranks' collectives in step: it counts 0
                 agg["loss"] += float(loss.detach())
                 for key in ("kl", "clip_frac", "ratio_mean"):
                     agg[key] += st.get(key, 0.0)
                 agg["entropy"] += float((ent * wsplit[k].to(ent.device)).sum())
-            params = [p for p in self.model.parameters() if p.requires_grad]
-            gn = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+            agg = dict(zip(keys, self.par.sum([agg[key] for key in keys])))
+            gn = self.par.clip_grad_norm(cfg.max_grad_norm)
             self.opt.step()
             if it == 0:  # report the first pass: the state the rollouts came from
                 out.update(loss=agg["loss"], kl=agg["kl"] / wsum, clip_frac=agg["clip_frac"] / wsum,
@@ -268,26 +310,42 @@ class GRPOTrainer(Trainer):
         the remaining steps play the tasks and seeds they would have played."""
         from evolver_grpo.checkpoint import latest_state, save_and_commit, save_step
 
+        par = self.par  # under torchrun rank 0 alone reads and writes the workspace; the others follow
+        if resume and par.on and par.mode == "fsdp":
+            from evolver import EvolverError
+
+            raise EvolverError("resuming with plugins.grpo.parallel = 'fsdp' is not supported: resume with 'ddp'")
         self.setup()
         cfg = self.cfg
         evals, start = [], 0
-        found = latest_state(self.run.workspace, self.run.id) if resume else None
+        found = latest_state(self.run.workspace, self.run.id) if resume and par.main else None
         if found:
             start = self.resume_from(*found)
+        start = par.broadcast(start)
+        if start:
+            par.sync_from_main(self.opt)
         if cfg.eval_per_category and not start:
-            evals.append({"step": 0, **self.evaluate().metrics()})
+            with par.full_params():
+                evals += [{"step": 0, **self.evaluate().metrics()}] if par.main else []
         program, checkpoint = None, None
         for step in range(start, cfg.steps):
             self.run.status = f"grpo step {step + 1}/{cfg.steps}"
             self.step(step)
             last = step + 1 == cfg.steps
-            if cfg.eval_per_category and ((cfg.eval_every and (step + 1) % cfg.eval_every == 0) or last):
-                evals.append({"step": step + 1, **self.evaluate().metrics()})
-            if last or (cfg.save_every and (step + 1) % cfg.save_every == 0):
-                if cfg.commit:
+            evaluate = cfg.eval_per_category and ((cfg.eval_every and (step + 1) % cfg.eval_every == 0) or last)
+            save = last or (cfg.save_every and (step + 1) % cfg.save_every == 0)
+            if not (evaluate or save):
+                continue
+            with par.full_params():  # rank 0 evaluates and saves the whole weights
+                if not par.main:
+                    continue
+                if evaluate:
+                    evals.append({"step": step + 1, **self.evaluate().metrics()})
+                if save and cfg.commit:
                     program = save_and_commit(self, step + 1, evals[-1] if evals else None)
                     checkpoint = program.model
-                else:
+                elif save:
                     checkpoint = save_step(self, step + 1).as_posix()
+        par.close()
         return {"steps": cfg.steps, "resumed_from": start, "history": self.history, "evals": evals,
                 "program": program.id if program else None, "checkpoint": checkpoint}

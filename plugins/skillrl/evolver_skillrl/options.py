@@ -144,6 +144,9 @@ class SFTOptions(BaseModel):
     """Keep a resumable state (weights, optimizer, RNG) every this many steps, so ``evolver train --sft
     --resume`` goes on from there (0: none)."""
     engine: str | None = None
+    parallel: Literal["ddp", "fsdp"] = "ddp"
+    """Under ``torchrun`` / ``accelerate launch`` (``evolver_grpo.parallel``): ddp keeps a whole model per
+    rank; fsdp shards weights, gradients and optimizer state over the ranks (a model too big for one device)."""
     write_choice: bool = True
     """Train and commit with the harness choosing by writing an action and playing the nearest valid
     one (the default harness's ``WRITE_CHOICE``, on in the seed), as the model is trained to: after SFT

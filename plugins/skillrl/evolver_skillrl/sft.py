@@ -9,6 +9,8 @@
    contribute.
 3. **Fine-tune.** Cross-entropy on the completion tokens (log-probs chunked, as in the GRPO trainer),
    AdamW, bf16 autocast where the hardware has it, mini-batches; every optimizer step's loss goes to ``train_steps``.
+   Under ``torchrun`` (``evolver_grpo.parallel``) rank 0 builds the samples and hands them to the other
+   ranks; each computes its share of a batch's micro-batches, and the gradients sum to the whole batch's.
 4. **Checkpoint.** An HF folder under ``<workspace>/checkpoints/<run>/sft``, committed as a child
    program whose manifest ``model`` points at it (the GRPO trainer's format). With ``write_choice``
    (default), the program trained and committed chooses its actions by writing them (its own commit
@@ -99,6 +101,10 @@ class SFTTrainer(Trainer):
         self._engine = engine
         self.progress = progress or (lambda row: None)
         self.history: list[dict] = []
+        from evolver_grpo.parallel import Parallel
+
+        self.par = Parallel.from_env(self.cfg.parallel)  # one process unless launched by torchrun
+        self.cfg = self.par.broadcast(self.cfg)  # rank 0's options (a resumed run's recorded ones) everywhere
 
     # ---------------------------------------------------------------------------------- data
     def prepare_program(self):
@@ -144,24 +150,30 @@ class SFTTrainer(Trainer):
 
     # ---------------------------------------------------------------------------------- train
     def setup(self, program_id: str | None = None) -> None:
-        from evolver_grpo.engines import make_engine
+        from evolver_grpo.engines import learner_only, make_engine
 
         torch.manual_seed(self.cfg.seed)
-        self.engine = self._engine or make_engine(self.run, self.cfg.engine)
-        self.model = self.engine.learner()
+        par = self.par
+        if par.main:
+            self.engine = self._engine or make_engine(self.run, self.cfg.engine)
+            self.model = self.engine.learner()
+            self.base_id = self.engine.backend.base_model
+        else:  # another rank: only gradients; rank 0's weights arrive when the model is wrapped
+            self.engine, self.model = None, learner_only(self.run, self.cfg.engine)
         self.model.eval()  # no dropout: the loss is over exactly the tokens the policy will produce
         freeze_below(self.model, self.cfg.train_layers)
-        self.base_id = self.engine.backend.base_model
-        # A resumed run trains on the program its first attempt prepared (a bank is seeded only once).
-        self.program = self.run.repo.checkout(program_id) if program_id else self.prepare_program()
-        self.ctx = self.run.context(self.program)
-        self.episodes = self.trajectories(self.program)
-        self.samples, self.dropped = samples_from(self.episodes, self.engine.backend, self.cfg.max_prompt_tokens)
+        par.wrap(self.model)
+        if par.main:
+            # A resumed run trains on the program its first attempt prepared (a bank is seeded only once).
+            self.program = self.run.repo.checkout(program_id) if program_id else self.prepare_program()
+            self.ctx = self.run.context(self.program)
+            self.episodes = self.trajectories(self.program)
+            self.samples, self.dropped = samples_from(self.episodes, self.engine.backend, self.cfg.max_prompt_tokens)
+        self.samples = par.broadcast(self.samples if par.main else None)
         if not self.samples:
             raise EvolverError(f"every SFT sample was longer than max_prompt_tokens={self.cfg.max_prompt_tokens}; "
                                "raise it with --set plugins.sft.max_prompt_tokens=N")
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        self.opt = torch.optim.AdamW(params, lr=self.cfg.lr, weight_decay=self.cfg.weight_decay)
+        self.opt = torch.optim.AdamW(par.parameters(), lr=self.cfg.lr, weight_decay=self.cfg.weight_decay)
         per_epoch = -(-len(self.samples) // self.cfg.batch_size)
         self.total_steps = min(self.cfg.steps or per_epoch * self.cfg.epochs, per_epoch * self.cfg.epochs)
 
@@ -186,18 +198,23 @@ class SFTTrainer(Trainer):
         for group in self.opt.param_groups:
             group["lr"] = lr
         # Token-level cross-entropy over the whole batch, accumulated over micro-batches of similar
-        # length (less padding); each adds its share, so the gradient is the whole batch's.
+        # length (less padding); each adds its share, so the gradient is the whole batch's. In parallel
+        # each rank computes its share of the micro-batches (``total`` is still the whole batch's).
         total = sum(len(s.completion_ids) for s in batch)
         loss_sum = 0.0
-        for mb in micro_batches(batch, self.cfg.micro_batch, self.cfg.share_prefix):
-            lp = completion_logprobs(self.model, [s.prompt_ids for s in mb], [s.completion_ids for s in mb],
-                                     chunk=self.cfg.logprob_chunk, autocast=self.cfg.autocast,
-                                     share=self.cfg.share_prefix, detach_prompt=self.cfg.detach_prompt)
-            loss = -lp.sum() / total
-            loss.backward()
-            loss_sum += float(loss.detach())
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        gn = torch.nn.utils.clip_grad_norm_(params, self.cfg.max_grad_norm)
+        par, mbs = self.par, micro_batches(batch, self.cfg.micro_batch, self.cfg.share_prefix)
+        plan = par.schedule(len(mbs))
+        for j, (k, real) in enumerate(plan):
+            with par.micro_step(last=j == len(plan) - 1):
+                lp = par.forward(completion_logprobs, [s.prompt_ids for s in mbs[k]],
+                                 [s.completion_ids for s in mbs[k]], chunk=self.cfg.logprob_chunk,
+                                 autocast=self.cfg.autocast, share=self.cfg.share_prefix,
+                                 detach_prompt=self.cfg.detach_prompt)
+                loss = -lp.sum() / total
+                par.backward(loss, real)
+            loss_sum += float(loss.detach()) if real else 0.0
+        loss_sum = par.sum([loss_sum])[0]
+        gn = par.clip_grad_norm(self.cfg.max_grad_norm)
         self.opt.step()
         row = {"step": n, "loss": loss_sum, "grad_norm": float(gn), "lr": lr, "samples": len(batch), "tokens": total,
                "step_s": time.perf_counter() - t0, "trainer": "sft"}
@@ -218,16 +235,22 @@ class SFTTrainer(Trainer):
         this run kept (``save_every``): the same program, weights, optimizer, RNG and batch order."""
         from evolver_grpo.checkpoint import latest_state
 
-        found = latest_state(self.run.workspace, self.run.id, prefix="sft-step-") if resume else None
-        if resume and found is None:
+        par = self.par  # under torchrun rank 0 alone reads and writes the workspace; the others follow
+        if resume and par.on and par.mode == "fsdp":
+            raise EvolverError("resuming with plugins.sft.parallel = 'fsdp' is not supported: resume with 'ddp'")
+        found = latest_state(self.run.workspace, self.run.id, prefix="sft-step-") if resume and par.main else None
+        if resume and par.main and found is None:
             raise EvolverError(f"run {self.run.id} kept no SFT state to resume from (plugins.sft.save_every="
                                f"{self.cfg.save_every}): start it again")
         self.setup(found[1]["program"] if found else None)
         cfg, run = self.cfg, self.run
         evals = []
-        n = self._restore(*found) if found else 0
+        n = par.broadcast(self._restore(*found) if found else 0)
+        if n:
+            par.sync_from_main(self.opt)
         if cfg.eval_per_category and not n:
-            evals.append({"step": 0, **self.evaluate()})
+            with par.full_params():
+                evals += [{"step": 0, **self.evaluate()}] if par.main else []
         for i, batch in enumerate(self.batches()):
             if i < n:
                 continue  # done before the run stopped: same seeded order, so skipping is exact
@@ -237,9 +260,20 @@ class SFTTrainer(Trainer):
             run.status = f"sft step {n}"
             self.step(n, batch)
             if cfg.save_every and n % cfg.save_every == 0:
-                self._save_state(n)
+                with par.full_params():
+                    if par.main:
+                        self._save_state(n)
+        with par.full_params():  # rank 0 evaluates and saves the whole weights; the others are done
+            out = self._finish(n, evals) if par.main else {"steps": n, "history": self.history, "evals": [],
+                                                            "program": None, "checkpoint": None}
+        par.close()
+        return out
+
+    def _finish(self, n: int, evals: list[dict]) -> dict:
+        """Rank 0 after the last step: metrics, the engine's weights, the last evaluation and the checkpoint."""
+        cfg, run = self.cfg, self.run
         run.store.delete_train_steps(run.id, after=0)
-        run.store.add_train_steps(run.id, self.history)
+        run.add_train_steps(self.history)  # the store and the on_train_step hook, once the steps are final
         self.engine.sync(self.model, f"{self.base_id}+sft:{run.id}:{n}")
         if cfg.eval_per_category:
             evals.append({"step": n, **self.evaluate()})

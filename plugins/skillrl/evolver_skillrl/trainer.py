@@ -99,7 +99,7 @@ class SkillRLTrainer(GRPOTrainer):
                 self.use(new)
         row.update(program=self.program.id, **counts(load_bank(self.program.root)))
         self.growth.append(row)
-        run.store.add_train_steps(run.id, [row])
+        run.add_train_steps([row])
         return row
 
     def resume_extra(self) -> dict:
