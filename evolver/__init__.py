@@ -34,8 +34,10 @@ _API: dict[str, str] = {
     **dict.fromkeys(["EnvPool", "PooledEnv"], "evolver.envpool"),  # simulators with one episode per process
     **dict.fromkeys(["Proposer", "ProposeContext", "Draft"], "evolver.proposers"),
     "Trainer": "evolver.trainers",
-    **dict.fromkeys(["HARNESS_INTERFACE", "Action", "ProgramContext", "program_context", "SEED_DIR"],
+    **dict.fromkeys(["HARNESS_INTERFACE", "Action", "ProgramContext", "program_context", "SEED_DIR", "make_harness",
+                     "task_for_harness"],
                     "evolver.harness"),
+    "SandboxedHarness": "evolver.harness_sandbox",  # a candidate's harness in a process of its own
     # -- the run handle and the workspace it works in
     "Run": "evolver.run",
     **dict.fromkeys(["Config", "ROLES"], "evolver.config"),
@@ -65,6 +67,8 @@ _API: dict[str, str] = {
     **dict.fromkeys(["Tools", "converse"], "evolver.proposer_tools"),
     # -- reports: what a report format (hook register_report_formats) is handed
     **dict.fromkeys(["text_table", "ReportContext"], "evolver.report"),
+    # -- long work's progress: a bar with an ETA on a terminal, throttled plain lines elsewhere
+    "progress": "evolver.progressbar",
 }
 
 __all__ = list(_API)

@@ -107,6 +107,7 @@ def eval_cmd(obj: Ctx, benchmark, suite, split, per_category, program_ref, backe
     """Play one program on one benchmark split: a score table, every trace in the store."""
     from evolver.conditions import CONDITIONS, compare, gains_table
     from evolver.programs import ProgramRepo
+    from evolver.progressbar import progress
 
     modes = [m.strip() for m in skills_modes.split(",") if m.strip()]
     bad = [m for m in modes if m not in CONDITIONS]
@@ -138,8 +139,8 @@ def eval_cmd(obj: Ctx, benchmark, suite, split, per_category, program_ref, backe
         tasks = run.benchmark.tasks(split, per_category=per_category)
         click.echo(f"playing {len(tasks)} {split} tasks of {config.benchmark} with program {program.id} "
                    f"(skills: {', '.join(modes)})", err=True)
-        evals = compare(run, program, tasks, modes, max_live=max_live,
-                        progress=lambda d, t: click.echo(f"  {d}/{t} episodes", err=True))
+        with progress("eval", total=len(tasks) * len(modes)) as bar:
+            evals = compare(run, program, tasks, modes, max_live=max_live, progress=lambda d, t: bar.update(d, t))
         for ev in evals.values():
             store.add_evaluation(run.id, 0, ev)
         store.update_run(run.id, status="finished", summary={
@@ -213,7 +214,8 @@ def train(obj: Ctx, trainer_name, steps, program_ref, resume, overrides, **train
 
     Trainer options live under [plugins.NAME] (e.g. --set plugins.NAME.steps=8). Every step's
     metrics land in the store's train_steps table; the checkpoint is committed as a program."""
-    from evolver.trainers import default_trainer, progress_line
+    from evolver.progressbar import progress
+    from evolver.trainers import default_trainer, progress_note
 
     chosen = [name for name in trainer_flags.values() if name]
     said = [f"--{name}" for name in chosen] + [f"--trainer {trainer_name}"] * (trainer_name not in (None, *chosen))
@@ -248,14 +250,16 @@ def train(obj: Ctx, trainer_name, steps, program_ref, resume, overrides, **train
     unfinished = {"status": ("running", "failed"), "prefix": "train-"}
     with open_run(config, "train-" + time.strftime("%Y%m%d-%H%M%S"), resume=unfinished if resume else None,
                   nothing_to_resume="no unfinished training run to resume in this store; "
-                                    "start one with `evolver train`") as run:
+                                    "start one with `evolver train`") as run, \
+            progress(trainer_name, unit="steps") as bar:
         store = run.store
         trainer = None
 
-        def progress(row: dict) -> None:  # the trainer's own columns (Trainer.columns)
-            click.echo(progress_line(getattr(trainer, "columns", ()), row), err=True)
+        def step_done(row: dict) -> None:  # the count of Trainer.total_steps, then the trainer's Trainer.columns
+            bar.update(row.get("step", 0), getattr(trainer, "total_steps", None),
+                       progress_note(getattr(trainer, "columns", ()), row))
         try:
-            trainer = entry.factory(run, run.config.plugins.get(trainer_name, {}), progress=progress)
+            trainer = entry.factory(run, run.config.plugins.get(trainer_name, {}), progress=step_done)
             summary = trainer.train(resume=True) if resume else trainer.train()
         except BaseException:
             try:

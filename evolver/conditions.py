@@ -58,14 +58,18 @@ def write_self_skills(skills_dir: Path, tasks: list[Task], writer) -> list[str]:
     return names
 
 
-def compare(run, program: Program, tasks: list[Task], conditions: list[str], **kw) -> dict[str, Evaluation]:
-    """Evaluate each condition on the same tasks; returns condition -> Evaluation (``.episodes`` set)."""
+def compare(run, program: Program, tasks: list[Task], conditions: list[str], progress=None,
+            **kw) -> dict[str, Evaluation]:
+    """Evaluate each condition on the same tasks; returns condition -> Evaluation (``.episodes`` set).
+    ``progress(done, total)`` counts the episodes of all the conditions together."""
     out = {}
-    for cond in conditions:
+    for i, cond in enumerate(conditions):
         prog, tmp = variant(program, cond, tasks, writer=run.backend("executor"))
+        counted = None if progress is None else (
+            lambda d, t, before=i * len(tasks): progress(before + d, len(conditions) * len(tasks)))
         try:
             episodes = run_episodes(run.context(prog), run.benchmark, run.backend("executor"), tasks,
-                                    store=run.store, run=run, **kw)
+                                    store=run.store, run=run, progress=counted, **kw)
             out[cond] = summarize(prog.id, tasks[0].split if tasks else "", episodes)
             out[cond].episodes = episodes  # type: ignore[attr-defined]
         finally:

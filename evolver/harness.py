@@ -168,4 +168,6 @@ def program_context(program: Program, select: Callable | None = None,
 
 
 def make_harness(ctx: ProgramContext) -> Any:
+    """The program's harness, imported in this process (trusted code only: the evaluator plays a candidate's
+    harness sandboxed, :class:`evolver.harness_sandbox.SandboxedHarness`)."""
     return load_harness_class(ctx.program.root)(ctx)

@@ -50,7 +50,8 @@ def register_trainers(register):
         committed with the new checkpoint, ``checkpoint``: its folder, ``evals``: held-out scores).
         ``options`` is the config's ``[plugins.NAME]`` table; ``progress(row)`` is called per step.
         Register the :class:`evolver.Trainer` subclass itself as the factory: ``evolver train`` reads
-        its ``flag`` (True: ``evolver train --NAME``) and ``columns`` (its progress line) from it.
+        its ``flag`` (True: ``evolver train --NAME``) and ``columns`` (its progress line) from it, and
+        ``total_steps`` (what its progress counts to) from the trainer.
     """
 
 

@@ -24,9 +24,10 @@ Contract:
 
 What ``evolver train`` shows and accepts comes from the trainers, so the core names none of them: a
 trainer's :attr:`Trainer.flag` gives it a flag of its own (``evolver train --sft``), read from the
-registered factory (register the class itself, or give a factory function the attribute), and
-:attr:`Trainer.columns` says which metrics each step's progress line shows. With no ``--trainer`` and no
-flag, the config's ``trainer`` runs, else the first registered trainer without a flag of its own.
+registered factory (register the class itself, or give a factory function the attribute);
+:attr:`Trainer.columns` says which metrics each step's progress shows, and :attr:`Trainer.total_steps` the
+total it counts to. With no ``--trainer`` and no flag, the config's ``trainer`` runs, else the first
+registered trainer without a flag of its own.
 """
 from __future__ import annotations
 
@@ -42,10 +43,14 @@ class Trainer(abc.ABC):
     #: trainer is never the default, which is for a trainer with no flag of its own.
     flag: bool = False
 
-    #: The progress line of a step after ``step N``: ``str.format`` templates over the step's metrics row
+    #: A step's progress after its count (``grpo: 3/8 steps ...``): ``str.format`` templates over its metrics row
     #: (a metric the row lacks reads 0), e.g. ``("loss {loss:.4f}", "{step_s:.1f}s")``. Empty: every
     #: numeric metric as ``name value``.
     columns: tuple[str, ...] = ()
+
+    #: The steps this training runs, once known (it may be set in :meth:`train`, before the first step):
+    #: the total of ``evolver train``'s progress bar and its ETA. None: a count without a total.
+    total_steps: int | None = None
 
     @abc.abstractmethod
     def train(self, resume: bool = False) -> dict:
@@ -58,14 +63,15 @@ class _Zero(dict):
         return 0
 
 
-def progress_line(columns: Iterable[str], row: dict) -> str:
-    """A step's progress line: ``step N`` and the trainer's :attr:`Trainer.columns` filled from ``row``."""
+def progress_note(columns: Iterable[str], row: dict) -> str:
+    """A step's metrics as its progress shows them: the trainer's :attr:`Trainer.columns` filled from
+    ``row`` (none: every numeric metric as ``name value``)."""
     if columns:
         cells = [c.format_map(_Zero(row)) for c in columns]
     else:
         cells = [f"{k} {v:.4g}" for k, v in row.items()
                  if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool)]
-    return "  ".join([f"step {row.get('step', 0):>3}", *cells])
+    return "  ".join(cells)
 
 
 def flagged(entries: Iterable[Any]) -> list[str]:

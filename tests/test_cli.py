@@ -145,6 +145,10 @@ def test_eval_compares_skill_conditions_with_normalised_gain(tmp_path):
     assert invoke(args + ["run", "--iterations", "1", "--set=loop.candidates_per_iteration=1"]).exit_code == 0
     r = invoke(args + ["eval", "--split", "test", "--skills", "none,evolved,self"])
     assert r.exit_code == 0, r.output
+    # Progress without a terminal: plain lines, one count over the three conditions' episodes, the last always.
+    progress = [ln for ln in r.output.splitlines() if ln.startswith("eval: ")]
+    assert progress and all("/12 episodes" in ln for ln in progress), r.output
+    assert progress[-1].startswith("eval: 12/12 episodes  ") and progress[-1].endswith("]"), progress
     rows = {ln.split()[0]: ln.split() for ln in r.output.splitlines() if ln.split()[:1] in (["none"], ["evolved"], ["self"])}
     assert rows["none"][1] == "0.000" and rows["evolved"][1] == "1.000"
     assert rows["evolved"][3] == "+1.000" and rows["evolved"][4] == "+1.000"  # absolute and normalised gain

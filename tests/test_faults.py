@@ -168,10 +168,12 @@ def start_serve(ws: Path, tmp_path: Path) -> tuple[subprocess.Popen, str]:
                      "--set", 'plugins.autoskill.embedder="hashing"']
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
-    line = proc.stdout.readline()
-    if "listening on http://127.0.0.1:" not in line:
-        proc.kill()
-        raise AssertionError(line + proc.stdout.read())
+    startup = []  # the start-up's stage lines come first
+    while "listening on http://127.0.0.1:" not in (line := proc.stdout.readline()):
+        startup.append(line)
+        if not line:
+            proc.kill()
+            raise AssertionError("".join(startup) + proc.stdout.read())
     return proc, line.split("listening on ")[1].split()[0]
 
 

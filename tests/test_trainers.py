@@ -14,6 +14,7 @@ from evolver import Trainer, hookimpl
 
 class Plain(Trainer):
     columns = ("loss {loss:.2f}", "{step_s:.1f}s")
+    total_steps = 1
 
     def __init__(self, run, options, progress=None):
         self.progress = progress
@@ -26,6 +27,7 @@ class Plain(Trainer):
 class Variant(Plain):
     flag = True
     columns = ()  # every numeric metric
+    total_steps = None  # not known: a count without a total
 
 
 @hookimpl
@@ -48,10 +50,10 @@ def test_flags_columns_and_the_default_come_from_the_trainers(tmp_path, monkeypa
     assert "--variant" in r.output and "a variant one asks for" in r.output and "--plain" not in r.output
     r = train(tmp_path)  # the first registered trainer without a flag of its own
     assert r.exit_code == 0, r.output
-    assert "step   1  loss 0.50  2.0s" in r.output
+    assert "plain: 1/1 steps  [0:00]  loss 0.50  2.0s" in r.output
     r = train(tmp_path, "--variant")
     assert r.exit_code == 0, r.output
-    assert "step   1  loss 0.5  step_s 2" in r.output
+    assert "variant: 1 step  [0:00]  loss 0.5  step_s 2" in r.output
     r = train(tmp_path, "--set=trainer=variant")
     assert r.exit_code == 0 and "loss 0.5  step_s 2" in r.output, r.output
     r = train(tmp_path, "--trainer", "plain", "--variant")

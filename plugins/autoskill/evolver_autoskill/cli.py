@@ -44,7 +44,7 @@ def serve(obj, host, port, backend, model, bare, no_learn, overrides):
 
     With API keys (plugins.autoskill.keys or keys_file) each key reaches only its own scopes; without
     any, the server is open and listens on a loopback address only."""
-    from evolver import make_plugin, open_workspace
+    from evolver import make_plugin, open_workspace, progress
     from evolver_autoskill.auth import check_exposure, load_keys
     from evolver_autoskill.options import load_options
     from evolver_autoskill.request import Limits
@@ -67,24 +67,35 @@ def serve(obj, host, port, backend, model, bare, no_learn, overrides):
     backends: dict = {}
     service = None
     try:
-        answer = _backend(config, "executor", backends)
-        uses_judge = options.judge or "llm" in (options.extractor, options.rewriter)
-        judge = _backend(config, "judge", backends) if uses_judge else None
-        gate = None
-        if options.gate_benchmark and not bare:
-            from evolver_autoskill.gate import BenchmarkValidator, OutcomeGate
+        uses_judge = bool(options.judge or "llm" in (options.extractor, options.rewriter))
+        gated = bool(options.gate_benchmark) and not bare
+        # Start-up stages, each shown as it begins: loading a model (or fetching the embedded one) takes a while.
+        with progress("evolver serve start-up", total=3 + uses_judge + gated, unit="stages", every=0,
+                      eta=False) as start:
+            start.update(0, note="loading the answering model")
+            answer = _backend(config, "executor", backends)
+            judge = gate = None
+            if uses_judge:
+                start.update(start.done + 1, note="loading the judge model")
+                judge = _backend(config, "judge", backends)
+            if gated:
+                from evolver_autoskill.gate import BenchmarkValidator, OutcomeGate
 
-            bench = make_plugin("benchmark", options.gate_benchmark)
-            tasks = bench.tasks(options.gate_split, per_category=options.gate_per_category)
-            gate = OutcomeGate(BenchmarkValidator(bench, answer, tasks), options.gate_tolerance)
-        service = AutoSkillService(root / "autoskill", store, options, judge_backend=judge, gate=gate)
-        name = config.role("executor").model or answer.model or config.role("executor").backend
-        app = build_app(service, answer, name, options.max_batch, options.batch_wait_ms / 1000, autoskill=not bare,
-                        keys=keys, limits=Limits.from_options(options))
-        try:
-            server = Server(app, host, port)
-        except OSError as exc:
-            raise EvolverError(str(exc)) from None
+                start.update(start.done + 1, note=f"loading the gate's tasks ({options.gate_benchmark})")
+                bench = make_plugin("benchmark", options.gate_benchmark)
+                tasks = bench.tasks(options.gate_split, per_category=options.gate_per_category)
+                gate = OutcomeGate(BenchmarkValidator(bench, answer, tasks), options.gate_tolerance)
+            start.update(start.done + 1, note="opening the skill banks and the embedder")
+            service = AutoSkillService(root / "autoskill", store, options, judge_backend=judge, gate=gate)
+            name = config.role("executor").model or answer.model or config.role("executor").backend
+            app = build_app(service, answer, name, options.max_batch, options.batch_wait_ms / 1000,
+                            autoskill=not bare, keys=keys, limits=Limits.from_options(options))
+            start.update(start.done + 1, note=f"binding {host}:{port}")
+            try:
+                server = Server(app, host, port)
+            except OSError as exc:
+                raise EvolverError(str(exc)) from None
+            start.update(start.done + 1, note="ready")
         mode = "bare backend, no skills" if bare else f"skill banks in {root / 'autoskill'}"
         mode += f"; API keys: {len(keys)}" if keys else "; open: no API keys, loopback only"
         click.echo(f"evolver serve: listening on {server.url} (model {name}; {mode}); Ctrl-C stops", err=False)

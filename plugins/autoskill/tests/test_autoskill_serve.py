@@ -139,16 +139,20 @@ def start_cli(tmp_path, *extra):
     cmd = [str(Path(sys.executable).parent / "evolver"), "--plugin", str(toy), "--store", str(tmp_path / "ws"),
            "serve", "--backend", "toyrule", "--port", "0", "--set", 'plugins.autoskill.embedder="hashing"', *extra]
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    line = proc.stdout.readline()
-    if "listening on http://127.0.0.1:" not in line:
-        proc.kill()
-        raise AssertionError(line + proc.stdout.read())
+    proc.startup = []  # the start-up's stage lines (stderr is no terminal: plain lines), before the address
+    while "listening on http://127.0.0.1:" not in (line := proc.stdout.readline()):
+        proc.startup.append(line)
+        if not line:
+            proc.kill()
+            raise AssertionError("".join(proc.startup) + proc.stdout.read())
     return proc, line.split("listening on ")[1].split()[0]
 
 
 @pytest.mark.parametrize("stop_signal", [signal.SIGINT, signal.SIGTERM])
 def test_evolver_serve_starts_with_one_command_prints_its_address_and_stops_cleanly(tmp_path, stop_signal):
     proc, url = start_cli(tmp_path)
+    assert proc.startup[0].startswith("evolver serve start-up: 0/3 stages  [0:00]  loading the answering model")
+    assert proc.startup[-1].startswith("evolver serve start-up: 3/3 stages") and proc.startup[-1].endswith("ready\n")
     try:
         client = OpenAI(base_url=url, api_key="unused")
         resp = client.chat.completions.create(model="toyrule", messages=[{"role": "user",

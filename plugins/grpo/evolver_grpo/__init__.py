@@ -21,10 +21,34 @@ def grpo_trainer(run, options: dict | None = None, progress=None):
 grpo_trainer.flag = False  # Trainer.flag, read from the registered factory: GRPO is the plain default
 
 
+def distill_trainer(run, options: dict | None = None, progress=None):
+    """A :class:`evolver_grpo.distill.DistillTrainer` (on-policy self-distillation), imported when built."""
+    from evolver_grpo.distill import DistillTrainer
+
+    return DistillTrainer(run, options, progress=progress)
+
+
+distill_trainer.flag = True  # `evolver train --distill`
+
+
+def ppo_trainer(run, options: dict | None = None, progress=None):
+    """A :class:`evolver_grpo.ppo.PPOTrainer` (PPO with a learned critic), imported when built."""
+    from evolver_grpo.ppo import PPOTrainer
+
+    return PPOTrainer(run, options, progress=progress)
+
+
+ppo_trainer.flag = True  # `evolver train --ppo`
+
+
 @hookimpl
 def register_trainers(register):
     register("grpo", grpo_trainer, description="GRPO and variants (RLOO, GDPO, GD2PO, DVAO, GiGPO, TACO), "
              "step-wise on multi-turn episodes, with the program's skills in the prompt")
+    register("distill", distill_trainer, description="on-policy self-distillation: the policy with privileged "
+             "context (the skills, a gold answer, a hint) teaches itself without it")
+    register("ppo", ppo_trainer, description="PPO with a learned critic (a value head or a separate model): "
+             "token-level GAE advantages from single rollouts, every model call of an episode a sample")
 
 
 @hookimpl
@@ -33,3 +57,7 @@ def register_proposers(register):
 
     register("grpo", make_proposer, description="fine-tune the parent's policy with GRPO (its skills in the "
              "prompt) and propose the checkpoint as a candidate: the loop's training step")
+    from evolver_grpo.internalise import make_proposer as make_internalise
+
+    register("internalise", make_internalise, description="distil the parent's skills into its policy "
+             "(self-distillation, the skills as the teacher's context) and propose it without them")

@@ -186,3 +186,27 @@ def completion_logprobs(model, prompts: list[list[int]], completions: list[list[
     if with_entropy:
         return lp, torch.cat(ents)
     return lp
+
+
+def completion_hidden(trunk, prompts: list[list[int]], completions: list[list[int]], *, share: int = 64,
+                      autocast: bool | str | None = False) -> torch.Tensor:
+    """The last hidden states of ``trunk`` (a decoder stack: ``split_model(model)[0]``) that predict
+    each completion token, packed [Σ|c_i|, H] in sample order (what
+    :func:`evolver_grpo.logprobs.completion_logprobs` feeds its LM head)."""
+    dev = next(trunk.parameters()).device
+    lengths = [len(p) + len(c) for p, c in zip(prompts, completions)]
+    groups = prefix_groups(prompts, lengths, share) if share > 0 and len(prompts) > 1 else \
+        [(0, [i]) for i in range(len(prompts))]
+    ctx = torch.autocast(dev.type, dtype=torch.bfloat16) if use_autocast(autocast, dev) else contextlib.nullcontext()
+    hidden_size = trunk.config.hidden_size
+    with ctx:
+        picked: dict[int, torch.Tensor] = {}
+        alone = [g[0] for L, g in groups if not L]
+        if alone:
+            picked.update(_picked_plain(trunk, prompts, completions, alone, dev))
+        for L, g in groups:
+            if L:
+                picked.update(_picked_shared(trunk, prompts, completions, g, L, dev))
+    if not sum(map(len, completions)):
+        return torch.zeros((0, hidden_size), device=dev)
+    return torch.cat([picked[i] for i in range(len(prompts))])

@@ -55,6 +55,11 @@ class GRPOTrainer(Trainer):
         self.par = Parallel.from_env(self.cfg.parallel)  # one process unless launched by torchrun
         self.cfg = self.par.broadcast(self.cfg)  # rank 0's options (a resumed run's recorded ones) everywhere
 
+    @property
+    def total_steps(self) -> int:
+        """The steps :meth:`train` runs (Trainer.total_steps: `evolver train`'s progress bar counts to it)."""
+        return self.cfg.steps
+
     # ------------------------------------------------------------------------------- set-up
     def setup(self) -> None:
         cfg, run, par = self.cfg, self.run, self.par

@@ -162,7 +162,11 @@ def test_cli_train_then_eval_runs_the_checkpoint(tmp_path, tiny_dir, monkeypatch
                                         "--set=plugins.grpo.group_size=2", "--set=plugins.grpo.tasks_per_step=2",
                                         "--set=plugins.grpo.eval_per_category=1"], catch_exceptions=False)
     assert r.exit_code == 0, r.output
-    assert "step   2" in r.output and "eval after step 2" in r.output
+    assert "eval after step 2" in r.output
+    # Progress without a terminal: plain lines counting to the trainer's total, with its own columns.
+    steps = [ln for ln in r.output.splitlines() if ln.startswith("grpo: ")]
+    assert steps[0].startswith("grpo: 1/2 steps  [") and "  reward " in steps[0], r.output
+    assert steps[-1].startswith("grpo: 2/2 steps  ") and "kl " in steps[-1] and "(rollout " in steps[-1], steps
     program = next(ln.split("program ")[1].split()[0] for ln in r.output.splitlines() if "committed as program" in ln)
     r = CliRunner().invoke(cli, args + ["eval", "--program", program, "--per-category", "1"], catch_exceptions=False)
     assert r.exit_code == 0, r.output

@@ -119,7 +119,7 @@ def test_torchrun_evolver_train_sft_writes_from_rank_0_only(tmp_path):
                     env={"EVOLVER_HOME": str(tmp_path / "home"), "EVOLVER_PLUGINS": "transformers,skillrl",
                          "HF_HUB_OFFLINE": "1"})
     out = proc.stdout + proc.stderr
-    assert out.count("step   1 ") == 1 and "committed as program sft-" in out  # rank 0 reports alone
+    assert out.count("sft: 1/2 steps") == 1 and "committed as program sft-" in out  # rank 0 reports alone
     folders = list((tmp_path / "store" / "checkpoints").glob("*/sft-step-*"))
     assert [f.name for f in folders] == ["sft-step-2"] and (folders[0] / "model.safetensors").is_file()
     store = Store(tmp_path / "store" / "evolver.duckdb")

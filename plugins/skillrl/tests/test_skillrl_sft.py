@@ -186,7 +186,7 @@ def test_cli_train_sft(tmp_path, tiny_dir, monkeypatch):
                                         "--set=plugins.sft.autocast=false", "--set=plugins.sft.batch_size=2"],
                            catch_exceptions=False)
     assert r.exit_code == 0, r.output
-    assert "step   2  loss" in r.output and "committed as program sft-" in r.output
+    assert "sft: 2/2 steps  " in r.output and "  loss " in r.output and "committed as program sft-" in r.output
     r = CliRunner().invoke(cli, args + ["train", "--sft", "--skillrl"])
     assert r.exit_code != 0 and "two trainers" in r.output
 

