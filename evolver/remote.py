@@ -21,6 +21,7 @@ Backend descriptions:
 """
 from __future__ import annotations
 
+import abc
 import copy
 import dataclasses
 import json
@@ -49,7 +50,7 @@ class Unit:
     tokenizer: bool = False
 
 
-class Cluster:
+class Cluster(abc.ABC):
     """The contract of a cluster engine (``[cluster] engine``): plays units on its workers.
 
     ``play(units, programs, config, max_live)`` yields lists of ``(key, episode)`` as they finish (those
@@ -61,9 +62,10 @@ class Cluster:
 
     name = "cluster"
 
+    @abc.abstractmethod
     def play(self, units: list[Unit], programs: dict[str, dict], config,
              max_live: int = 32) -> Iterator[list[tuple[tuple, Episode]]]:
-        raise NotImplementedError
+        """Play ``units`` on the workers (see the class docstring)."""
 
     def share(self, obj: Any) -> Any:
         return obj

@@ -38,6 +38,7 @@ class InternaliseProposer(Proposer):
             return []
         from evolver import program_context
         from evolver_grpo.distill import DistillTrainer, drop_skills
+        from evolver_grpo.proposer import train_in_own_run
 
         loop_run, parent = self.run, ctx.parent
         skills = program_context(parent).skills
@@ -45,23 +46,13 @@ class InternaliseProposer(Proposer):
             loop_run.log(f"internalise: {parent.id} has no skills to internalise")
             return []
         start = loop_run.checkpoint_of(parent)
-        train_id = f"{loop_run.id}-internalise-it{ctx.iteration}"
-        train_run = loop_run.training_run(parent, train_id)
         opts = {k: v for k, v in self.options.items() if k != "every"} | {"program": parent.id, "commit": False}
-        try:
-            trainer = DistillTrainer(train_run, opts, progress=lambda row: setattr(
-                loop_run, "status", f"iteration {ctx.iteration}: internalise step {row['step']}/{self.cfg.steps} "
-                                    f"divergence {row['divergence']:.4f}"))
-            summary = trainer.train()
-        except BaseException:
-            loop_run.store.update_run(train_id, status="failed")
-            raise
-        finally:
-            train_run.close()
+        train_id, summary = train_in_own_run(
+            loop_run, ctx, "internalise", lambda run, o, progress: DistillTrainer(run, o, progress=progress), opts,
+            lambda row: f"internalise step {row['step']}/{self.cfg.steps} divergence {row['divergence']:.4f}",
+            "divergence")
         divs = [h["divergence"] for h in summary["history"]]
         saved = [h["privileged_tokens"] for h in summary["history"]]
-        loop_run.store.update_run(train_id, status="finished", summary={
-            "steps": summary["steps"], "checkpoint": summary["checkpoint"], "divergence": divs})
         first, last = (divs[0], divs[-1]) if divs else (0.0, 0.0)
         names = ", ".join(s.name for s in skills)
         draft = ctx.new_draft(

@@ -31,22 +31,11 @@ class GRPOProposer(Proposer):
 
         loop_run, parent = self.run, ctx.parent
         start = loop_run.checkpoint_of(parent)
-        train_id = f"{loop_run.id}-grpo-it{ctx.iteration}"
-        train_run = loop_run.training_run(parent, train_id)
-        opts = {**self.options, "program": parent.id, "commit": False}
-        try:
-            trainer = GRPOTrainer(train_run, opts, progress=lambda row: setattr(
-                loop_run, "status", f"iteration {ctx.iteration}: grpo step {row['step']}/{self.cfg.steps} "
-                                    f"reward {row['reward_mean']:.3f}"))
-            summary = trainer.train()
-        except BaseException:
-            loop_run.store.update_run(train_id, status="failed")
-            raise
-        finally:
-            train_run.close()
+        train_id, summary = train_in_own_run(
+            loop_run, ctx, "grpo", lambda run, opts, progress: GRPOTrainer(run, opts, progress=progress),
+            {**self.options, "program": parent.id, "commit": False},
+            lambda row: f"grpo step {row['step']}/{self.cfg.steps} reward {row['reward_mean']:.3f}", "reward_mean")
         rewards = [h["reward_mean"] for h in summary["history"]]
-        loop_run.store.update_run(train_id, status="finished", summary={
-            "steps": summary["steps"], "checkpoint": summary["checkpoint"], "reward_mean": rewards})
         first, last = (rewards[0], rewards[-1]) if rewards else (0.0, 0.0)
         draft = ctx.new_draft(
             "grpo", hypothesis=(f"GRPO ({self.cfg.estimator}) for {self.cfg.steps} steps on {parent.id}'s policy "
@@ -55,6 +44,27 @@ class GRPOProposer(Proposer):
                     "from": start or "the configured executor model"})
         draft.manifest["model"] = summary["checkpoint"]
         return [draft]
+
+
+def train_in_own_run(loop_run, ctx, operator: str, make_trainer, options: dict, status, metric: str):
+    """Train ``ctx.parent``'s policy in a run of its own (``<loop run>-<operator>-it<N>``, the parent's
+    checkpoint as its executor), its status ``failed`` or ``finished`` with the steps, the checkpoint and
+    ``metric`` per step; ``status(row)`` is the loop's progress line per step. Returns (run id, summary)."""
+    train_id = f"{loop_run.id}-{operator}-it{ctx.iteration}"
+    train_run = loop_run.training_run(ctx.parent, train_id)
+    try:
+        trainer = make_trainer(train_run, options, lambda row: setattr(
+            loop_run, "status", f"iteration {ctx.iteration}: {status(row)}"))
+        summary = trainer.train()
+    except BaseException:
+        loop_run.store.update_run(train_id, status="failed")
+        raise
+    finally:
+        train_run.close()
+    loop_run.store.update_run(train_id, status="finished", summary={
+        "steps": summary["steps"], "checkpoint": summary["checkpoint"],
+        metric: [h[metric] for h in summary["history"]]})
+    return train_id, summary
 
 
 def make_proposer(run, **options) -> GRPOProposer:
