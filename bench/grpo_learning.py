@@ -6,6 +6,13 @@ evolved one).
 
     .venv/bin/python bench/grpo_learning.py [--steps 50] [--eval-every 10]
     .venv/bin/python bench/grpo_learning.py --benchmark twx --steps 10 --program best --store store
+
+``--method`` trains the other RL methods on the same task at equal steps and rollouts a step:
+``ppo`` (a critic's value head and GAE; ``--group`` x ``--prompts`` single rollouts a step),
+``distill`` (on-policy self-distillation, the teacher given the gold answer as privileged context;
+``--prompts`` tasks x ``--group`` samples a step) and ``tree`` (Tree-GRPO; with one model call per
+episode there is nothing to branch, so on this task it samples as GRPO does: a check, not a race).
+Several, comma-separated, run one after another.
 """
 from __future__ import annotations
 
@@ -28,10 +35,26 @@ EASY = {"datasets": ["basic_arithmetic"], "size": 200, "split_sizes": {"train": 
                                          "operators": ["+"], "allow_parentheses": False, "allow_negation": False}}}
 
 
-def train(args, skills: bool, label: str) -> list[dict]:
+def trainer_for(method: str, run, grpo: dict, progress):
+    """The trainer of ``method`` with the GRPO options mapped onto its own, at equal rollouts a step."""
+    if method == "ppo":
+        from evolver_grpo.ppo import PPOTrainer
+        opts = {k: v for k, v in grpo.items() if k not in ("estimator", "group_size", "tasks_per_step")}
+        return PPOTrainer(run, {**opts, "group_size": 1, "tasks_per_step": grpo["group_size"] * grpo["tasks_per_step"]},
+                          progress=progress)
+    if method == "distill":
+        from evolver_grpo.distill import DistillTrainer
+        keep = ("steps", "lr", "max_new_tokens", "program", "eval_split", "eval_per_category", "eval_every", "seed")
+        return DistillTrainer(run, {**{k: grpo[k] for k in keep}, "privileged": "gold",
+                                    "tasks_per_step": grpo["tasks_per_step"], "samples_per_task": grpo["group_size"]},
+                              progress=progress)
+    from evolver_grpo.trainer import GRPOTrainer
+    return GRPOTrainer(run, {**grpo, "sampling": "tree"} if method == "tree" else grpo, progress=progress)
+
+
+def train(args, skills: bool, label: str, method: str = "grpo") -> list[dict]:
     from evolver import open_run
     from evolver.config import Config
-    from evolver_grpo.trainer import GRPOTrainer
 
     store_dir = Path(args.store) if args.store else Path(tempfile.mkdtemp(prefix="bench-learn-"))
     if args.benchmark == "twx":
@@ -51,11 +74,12 @@ def train(args, skills: bool, label: str) -> list[dict]:
         curve = []
 
         def progress(row):
-            print(f"[{label}] step {row['step']:>3} reward {row['reward_mean']:.3f} "
-                  f"zero-var {row['zero_var_frac']:.2f} len {row['response_len']:.1f} {row['step_s']:.1f}s", flush=True)
-        trainer = GRPOTrainer(run, grpo, progress=progress)
+            reward = row.get("reward_mean", row.get("score_mean", 0.0))
+            print(f"[{label}] step {row['step']:>3} reward {reward:.3f} "
+                  f"len {row.get('response_len', 0):.1f} {row['step_s']:.1f}s", flush=True)
+        trainer = trainer_for(method, run, grpo, progress)
         summary = trainer.train()
-    rewards = {r["step"]: r["reward_mean"] for r in summary["history"]}
+    rewards = {r["step"]: r.get("reward_mean", r.get("score_mean")) for r in summary["history"]}
     for ev in summary["evals"]:
         s = ev["step"]
         window = [rewards[k] for k in range(max(1, s - args.eval_every + 1), s + 1) if k in rewards]
@@ -81,9 +105,11 @@ def main() -> None:
     ap.add_argument("--store", default=None)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--rewards", default="score", help="named rewards to train on, comma-separated ('' = all)")
+    ap.add_argument("--method", default="grpo", help="grpo, ppo, distill, tree; several comma-separated")
     args = ap.parse_args()
     started = time.time()
-    runs = {"grpo": train(args, True, "grpo")} if args.benchmark != "twx" else {
+    methods = [m.strip() for m in args.method.split(",") if m.strip()]
+    runs = {m: train(args, True, m, m) for m in methods} if args.benchmark != "twx" else {
         "with skills": train(args, True, "skills"), "without skills": train(args, False, "noskills")}
     print(f"\n{args.benchmark}: {args.steps} steps, G={args.group}, {args.prompts} prompts/step, lr {args.lr}, "
           f"{args.estimator}/{args.loss}; wall {time.time() - started:.0f}s\n")

@@ -58,7 +58,7 @@ _API: dict[str, str] = {
     **dict.fromkeys(["load_embedder", "SentenceEmbedder", "HashingEmbedder", "cosine"], "evolver.embeddings"),
     **dict.fromkeys(["check_skill_files", "audit_leakage"], "evolver.checks"),
     # -- playing episodes: evaluation, demonstrations, ablations
-    **dict.fromkeys(["run_episodes", "evaluate_many", "summarize"], "evolver.evaluate"),
+    **dict.fromkeys(["run_episodes", "evaluate_many", "summarize", "Job", "REPLAY_DIVERGED"], "evolver.evaluate"),
     **dict.fromkeys(["Cluster", "share_weights"], "evolver.remote"),  # cluster engines; weights to their workers
     **dict.fromkeys(["has_gold", "replay_gold", "replay_episodes"], "evolver.demonstrations"),
     "variant": "evolver.conditions",

@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterator
 
 from evolver.errors import BackendError, BenchmarkError
 from evolver.harness import Action, ProgramContext, make_harness, task_for_harness
-from evolver.types import (ChoiceRequest, Episode, Evaluation, GenRequest, GenResult, Observation, Step, Task,
+from evolver.types import (ChoiceRequest, ChoiceResult, Episode, Evaluation, GenRequest, GenResult, Observation, Step, Task,
                            stable_hash)
 
 
@@ -34,7 +34,15 @@ class Job:
     ``seed`` (a job's own keeps repeated rollouts of one task apart: cache keys and stored rows
     include it), ``backend`` (a job of its own plays e.g. sampled beside greedy ones, in the same
     lockstep when both reach the same engine: :meth:`Backend.lowered`) and ``purpose``.
-    ``temperature`` is read by :func:`evolver.loop.play`, which makes the backend from it."""
+    ``temperature`` is read by :func:`evolver.loop.play`, which makes the backend from it.
+
+    ``replay`` (one entry per task, None or a list of an earlier episode's steps) continues an episode
+    from an intermediate state: its first model calls are answered with those steps' replies instead of
+    asking the backend, so the environment and the harness pass through the same states, and the model
+    is asked from the step after them (Tree-GRPO's branches). Every replayed prompt must equal the
+    recorded one, so what the model is asked next is exactly what it would have seen; where it does
+    not (an environment that does not replay its actions the same way) the episode fails with
+    :data:`REPLAY_DIVERGED` in its error. A job that replays plays in this process, not on a cluster."""
 
     ctx: ProgramContext
     tasks: list[Task]
@@ -42,6 +50,7 @@ class Job:
     backend: Any = None
     purpose: str | None = None
     temperature: float | None = None
+    replay: list | None = None
 
     @classmethod
     def of(cls, job) -> "Job":
@@ -49,13 +58,17 @@ class Job:
         return job if isinstance(job, Job) else cls(*job)
 
 
+REPLAY_DIVERGED = "replay diverged"
+
+
 class _Live:
     """One episode in flight."""
 
     def __init__(self, episode: Episode, ctx: ProgramContext, harness, max_steps: int, key=None, backend=None,
-                 monitor=None):
+                 monitor=None, replay=None):
         self.episode, self.ctx, self.harness, self.max_steps, self.key = episode, ctx, harness, max_steps, key
         self.backend, self.monitor = backend, monitor
+        self.replay = list(replay or [])  # recorded steps that answer its first model calls
         self.env, self.state, self.obs = None, None, Observation("", done=True)
         self.started = time.perf_counter()
         self.request = None
@@ -129,7 +142,9 @@ def evaluate_many(jobs: list, benchmark, backend, *, seed: int = 0,
         if progress:
             progress(len(results), total)
     cluster = getattr(run, "cluster", None) if harness_factory is None else None
-    if pending and cluster is not None and _play_on(cluster, run, jobs, backends, pending, finished, max_live):
+    replays = any(job.replay for job in jobs)
+    if pending and cluster is not None and not replays \
+            and _play_on(cluster, run, jobs, backends, pending, finished, max_live):
         return [[results[(j, i)] for i in range(len(job.tasks))] for j, job in enumerate(jobs)]
     playing = {j for j, _, _ in pending}
     with contextlib.ExitStack() as stack:
@@ -137,7 +152,7 @@ def evaluate_many(jobs: list, benchmark, backend, *, seed: int = 0,
             harness_factory = stack.enter_context(_sandboxed_harnesses(run))
         harnesses = [_try_harness(job.ctx, harness_factory) if j in playing else None for j, job in enumerate(jobs)]
         lives = (_Live(e, jobs[j].ctx, harnesses[j], e.max_steps, key=(j, i), backend=backends[j],
-                       monitor=step_monitor) for j, i, e in pending)
+                       monitor=step_monitor, replay=(jobs[j].replay or [None] * (i + 1))[i]) for j, i, e in pending)
         max_live = min(max_live, getattr(benchmark, "max_live", None) or max_live)
         _play(lives, benchmark, max_live, finished)
     return [[results[(j, i)] for i in range(len(job.tasks))] for j, job in enumerate(jobs)]
@@ -280,9 +295,16 @@ def _answer_round(live: list[_Live]) -> list[tuple[list[_Live], list, float]]:
     same engine are answered by ONE ``generate`` call: a sampled and a greedy player of the same
     weights share every batch. A group that cannot be lowered is answered by its backend directly."""
     groups: dict[tuple[int, bool], list[_Live]] = {}
-    for lv in live:
-        groups.setdefault((id(lv.backend), isinstance(lv.request, GenRequest)), []).append(lv)
     out, engines = [], {}
+    for lv in live:
+        if len(lv.episode.steps) < len(lv.replay):
+            answer = _replayed(lv)
+            if answer is None:  # diverged: the episode ends here, failed
+                _finish(lv)
+            else:
+                out.append(([lv], [answer], 0.0))
+            continue
+        groups.setdefault((id(lv.backend), isinstance(lv.request, GenRequest)), []).append(lv)
     for (_, is_gen), group in groups.items():
         backend = group[0].backend
         seeded = getattr(backend, "seeded_by_episode", False)
@@ -306,6 +328,26 @@ def _answer_round(live: list[_Live]) -> list[tuple[list[_Live], list, float]]:
             at += len(low.gens)
             out.append((group, _checked(engine, low.finish(mine), group), seconds * len(mine)))
     return out
+
+
+def _replayed(lv: _Live):
+    """The recorded reply to the episode's next call; None, with the episode failed, when the prompt
+    differs from the recorded one (the continuation would not start from the state the model was in)."""
+    step, request = lv.replay[len(lv.episode.steps)], lv.request
+    prompt = json.dumps([asdict(m) for m in request.messages], ensure_ascii=False)
+    if prompt != step.prompt:
+        _fail(lv.episode, f"{REPLAY_DIVERGED} at step {step.index}: the prompt differs from the recorded one "
+                          "(does the environment replay actions deterministically?)", "")
+        return None
+    sample = step.sample or {}
+    gen = GenResult(text=sample.get("text", step.output), prompt_tokens=step.prompt_tokens,
+                    completion_tokens=step.completion_tokens, prompt_ids=sample.get("prompt_ids"),
+                    completion_ids=sample.get("completion_ids"), logprobs=sample.get("logprobs"))
+    if isinstance(request, ChoiceRequest):
+        index = request.options.index(step.action) if step.action in request.options else 0
+        return ChoiceResult(index=index, scores=[0.0] * len(request.options), prompt_tokens=gen.prompt_tokens,
+                            completion_tokens=gen.completion_tokens, sample=gen)
+    return gen
 
 
 def _checked(backend, answers: list, asked: list) -> list:
@@ -375,8 +417,10 @@ def _act(lv: _Live, answer, latency: float) -> None:
                 latency_s=latency, error=answer.error)
     gen = answer if isinstance(answer, GenResult) else getattr(answer, "sample", None)
     if gen is not None and gen.completion_ids is not None:
+        # "replayed": the reply was an earlier episode's (Job.replay), not the model's now
         step.sample = {"prompt_ids": gen.prompt_ids, "completion_ids": gen.completion_ids,
-                       "logprobs": gen.logprobs, "state": lv.obs.text}
+                       "logprobs": gen.logprobs, "state": lv.obs.text, "text": gen.text,
+                       "replayed": len(ep.steps) < len(lv.replay)}
     ep.steps.append(step)
     try:
         with harness_deadline():

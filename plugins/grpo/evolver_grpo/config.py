@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from evolver import ConfigError
 
@@ -23,9 +23,14 @@ class GRPOConfig(BaseModel):
     max_new_tokens: int | None = None  # None: each model call's own budget (the harness decides)
     rollout_batch: int = 0  # episodes played in one lockstep (0: the whole step's G x tasks at once)
     seed: int = 0
+    # Tree-GRPO (evolver_grpo.tree): "tree" grows group_size trees per task (M), each by tree_rounds
+    # rounds (L) that branch tree_nodes (N) of its non-leaf model calls: G = M·(L·N + 1) rollouts a task
+    sampling: Literal["group", "tree"] = "group"
+    tree_nodes: int = 2
+    tree_rounds: int = 1
 
     # advantages and rewards
-    estimator: str = "grpo"  # grpo, rloo, gdpo, gd2po, dvao, gigpo, taco
+    estimator: str = "grpo"  # grpo, rloo, gdpo, gd2po, dvao, gigpo, taco, tree (sampling "tree"'s default)
     scale_rewards: bool = True  # divide by the group std (False: Dr.GRPO)
     std_floor: float = 1e-4
     rewards: list[str] | None = None  # named rewards to use (default: all the episode reports)
@@ -94,7 +99,13 @@ class GRPOConfig(BaseModel):
             raise ValueError(f"choose from {', '.join(known)}")
         return v
 
-    @field_validator("group_size", "tasks_per_step", "mu", "micro_batch", "steps")
+    @model_validator(mode="after")
+    def _tree_estimator(self) -> "GRPOConfig":
+        if self.sampling == "tree" and "estimator" not in self.model_fields_set:
+            self.estimator = "tree"  # intra- plus inter-tree advantages, unless another was asked for
+        return self
+
+    @field_validator("group_size", "tasks_per_step", "mu", "micro_batch", "steps", "tree_nodes", "tree_rounds")
     @classmethod
     def _positive(cls, v: int) -> int:
         if v < 1:

@@ -15,6 +15,18 @@ from evolver import Episode
 from evolver_grpo.advantages import Trajectory
 
 
+class Member(str):
+    """A rollout's group id (its task's, as a ``str``) that also names the tree it grew in under
+    Tree-GRPO sampling (``evolver_grpo.tree``); a plain ``str`` group id is a tree of its own."""
+
+    tree: str
+
+    def __new__(cls, group: str, tree: str = "") -> "Member":
+        obj = super().__new__(cls, group)
+        obj.tree = tree
+        return obj
+
+
 @dataclass
 class Sample:
     prompt_ids: list[int]
@@ -53,6 +65,8 @@ def collect(episodes: list[Episode], group_of: list[str], *, format_names: list[
 
     An episode that failed before any model call still counts in its group (score 0, no samples).
     ``reward_names`` keeps only these rewards (default: all the episode reports, ``score`` first).
+    Steps whose reply was replayed from another episode (a Tree-GRPO branch's prefix) are not trained
+    here: they are that episode's samples.
     Steps the online monitor blocked (``Step.monitor``): ``monitor_flags`` "penalise" takes
     ``monitor_penalty`` off the episode's score reward, "mask" trains none of those steps (the rest of
     the rollout still counts), "keep" treats them as any other step."""
@@ -67,9 +81,10 @@ def collect(episodes: list[Episode], group_of: list[str], *, format_names: list[
             rewards["score"] = rewards.get("score", 0.0) - monitor_penalty
         if reward_names:
             rewards = {k: rewards.get(k, 0.0) for k in reward_names}
-        calls = [s for s in ep.steps if s.sample and s.sample.get("completion_ids")
+        calls = [s for s in ep.steps if s.sample and s.sample.get("completion_ids") and not s.sample.get("replayed")
                  and not (monitor_flags == "mask" and s.index in blocked)]
-        trajs.append(Trajectory(group=group, rewards=rewards, states=[str(s.sample.get("state", "")) for s in calls]))
+        trajs.append(Trajectory(group=str(group), rewards=rewards, tree=getattr(group, "tree", ""),
+                                states=[str(s.sample.get("state", "")) for s in calls]))
         for k, s in enumerate(calls):
             samples.append(Sample(list(s.sample["prompt_ids"]), list(s.sample["completion_ids"]),
                                   s.sample.get("logprobs"), traj=i, step=k))

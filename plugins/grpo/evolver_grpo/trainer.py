@@ -123,6 +123,9 @@ class GRPOTrainer(Trainer):
     # ------------------------------------------------------------------------------- rollout
     def rollout(self, step: int, tasks: list, attempt: int = 0):
         cfg = self.cfg
+        if cfg.sampling == "tree":
+            from evolver_grpo.tree import grow
+            return grow(self, step, tasks, attempt)
         G = cfg.group_size
         base = (step * 1000 + attempt * 100) * G + cfg.seed * 7919
         self.sampler.reseed(base)
@@ -170,7 +173,8 @@ class GRPOTrainer(Trainer):
                "monitor_blocked": sum(1 for e in episodes for st in e.steps if st.monitor and st.monitor.get("blocked")),
                "rewards": {k: float(np.mean([t.rewards.get(k, 0.0) for t in trajs]))
                            for k in adv_mod.reward_names(trajs)},
-               **metrics, "rollout_s": played["rollout_s"], "sync_s": t_sync}
+               **metrics, "rollout_s": played["rollout_s"], "sync_s": t_sync,
+               **(getattr(self, "tree_stats", {}) if self.cfg.sampling == "tree" else {})}
         row["step_s"] = time.perf_counter() - t0
         self.run.add_train_steps([row])
         self.history.append(row)

@@ -1,8 +1,9 @@
 """TextWorldExpress for evolver: the ``twx`` benchmark, the default (suites twx-easy and twx-hard).
 
 Text games played through a few shared JVMs (:mod:`evolver_twx.benchmark`). Its seed skills,
-``arithmetic-word-problems`` and ``quantity-order``, ship with evolver and are found by name
-(``evolver.shipped_skill``).
+``arithmetic-word-problems``, ``quantity-order``, ``usual-place`` and ``recipe-steps``, ship with
+evolver and are found by name (``evolver.shipped_skill``); :mod:`evolver_twx.places` rebuilds
+``usual-place``'s table from the train fold.
 """
 from __future__ import annotations
 

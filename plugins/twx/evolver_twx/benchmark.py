@@ -286,7 +286,7 @@ class TwxEnv(Env):
 
     # -- Env API --------------------------------------------------------------------------------
     def reset(self) -> Observation:
-        self.history, self.steps = [], 0
+        self.history, self.steps, self.last = [], 0, None
         self._drop_lease()  # a fresh session starts the game from its seed
         self.last = self._observe(self._run(None), valid=True)
         return self.last
@@ -329,9 +329,20 @@ class TwxEnv(Env):
                 "points": raw.get("scoreRaw"), "look": raw.get("look", ""),
                 "inventory": raw.get("inventory", ""), "task": self.task.meta.get("description", ""),
                 "truncated": False, "steps": self.steps}
-        return Observation(text=raw.get("observation", ""), actions=sorted(raw.get("validActions", [])),
+        return Observation(text=raw.get("observation", "") + self._score_line(raw.get("scoreRaw")),
+                           actions=sorted(raw.get("validActions", [])),
                            score=min(1.0, max(0.0, twx_score)), done=won or lost or twx_score >= 1.0,
                            info=info)
+
+    def _score_line(self, points) -> str:
+        """The change in points, said as a text game says it: twx keeps the score out of the text, and a
+        wrong move in twc (an object put in the wrong place) costs a point without a word."""
+        before = (self.last.info.get("points") if self.last else None) or 0
+        if points is None or self.last is None or points == before:
+            return ""
+        change = points - before
+        way, n = ("up", change) if change > 0 else ("down", -change)
+        return f"\n[Your score has gone {way} by {n:g} point{'s' if n != 1 else ''}.]"
 
     def close(self) -> None:
         self._drop_lease()
@@ -339,9 +350,10 @@ class TwxEnv(Env):
 
 class TwxBenchmark(Benchmark):
     name = "twx"
-    #: arithmetic and sorting need exact computation (22 / 11; 47g < 15kg) that a small model does
-    #: not do: these skills' scripts compute it and the seed harness shows their answer as a note.
-    seed_skills = ["arithmetic-word-problems", "quantity-order"]
+    #: arithmetic and sorting need exact computation (22 / 11; 47g < 15kg), twc common knowledge of
+    #: where things go, cookingworld exact commands in order: a small model has none of these. The
+    #: skills' scripts supply them and the seed harness shows their answer as a note.
+    seed_skills = ["arithmetic-word-problems", "quantity-order", "usual-place", "recipe-steps"]
 
     def __init__(self, suite: str = "twx-easy", games: list[str] | str | None = None,
                  max_steps: int | None = None, jvm_pool: int = 2):
