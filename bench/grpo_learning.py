@@ -44,7 +44,7 @@ def trainer_for(method: str, run, grpo: dict, progress):
                           progress=progress)
     if method == "distill":
         from evolver_grpo.distill import DistillTrainer
-        keep = ("steps", "lr", "max_new_tokens", "program", "eval_split", "eval_per_category", "eval_every", "seed")
+        keep = ("steps", "lr", "max_new_tokens", "program", "eval_split", "eval_per_category", "seed")  # dev: first, last
         return DistillTrainer(run, {**{k: grpo[k] for k in keep}, "privileged": "gold",
                                     "tasks_per_step": grpo["tasks_per_step"], "samples_per_task": grpo["group_size"]},
                               progress=progress)
@@ -109,7 +109,11 @@ def main() -> None:
     args = ap.parse_args()
     started = time.time()
     methods = [m.strip() for m in args.method.split(",") if m.strip()]
-    runs = {m: train(args, True, m, m) for m in methods} if args.benchmark != "twx" else {
+    runs = {}
+    for m in methods if args.benchmark != "twx" else []:  # each curve printed as it ends: a later one may fail
+        runs[m] = train(args, True, m, m)
+        print(f"CURVE {m} " + json.dumps(runs[m]), flush=True)
+    runs = runs if args.benchmark != "twx" else {
         "with skills": train(args, True, "skills"), "without skills": train(args, False, "noskills")}
     print(f"\n{args.benchmark}: {args.steps} steps, G={args.group}, {args.prompts} prompts/step, lr {args.lr}, "
           f"{args.estimator}/{args.loss}; wall {time.time() - started:.0f}s\n")

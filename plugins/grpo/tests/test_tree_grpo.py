@@ -98,9 +98,10 @@ def test_a_replay_that_diverges_fails_the_branch_with_a_clear_error(tmp_path, ti
 
 @pytest.mark.slow
 def test_tree_grpo_learns_the_toy_reward(tmp_path, tiny_dir):
-    """G = 6 a task as in the GRPO test: 2 trees, each grown by 2 rounds of 1 branch. The tiny model
-    rarely writes an 'a' over two turns, so the reward that moves is the total (score and length)."""
-    run = make_run(tmp_path, tiny_dir, steps=2, categories=["a"], sampling="tree", group_size=2, tree_nodes=1,
+    """G = 6 a task as in the GRPO test: 2 trees, each grown by 2 rounds of 1 branch (three calls an
+    episode, so a tree always has a non-leaf call left to branch). The tiny model rarely writes an 'a'
+    over several turns, so the reward that moves is the total (score and length)."""
+    run = make_run(tmp_path, tiny_dir, steps=3, categories=["a"], sampling="tree", group_size=2, tree_nodes=1,
                    tree_rounds=2, tasks_per_step=2)
     trainer = GRPOTrainer(run, dict(run.config.plugins["grpo"], steps=16, lr=3e-3, beta=0.0, loss="token"))
     trainer.train()
