@@ -57,7 +57,9 @@ def best_of_n(run: Run, seed: Program, dev: list) -> dict:
     """The seed program sampled at ``loop.baseline_temperature`` with N job seeds (episode_seed + k) on
     dev, all N in one lockstep; returns N, each seed's dev score and the best seed (the first of equals).
     N counts every candidate that played dev, the ones stopped after the probe included: each was a try.
-    With N = 1 there is nothing to pick on dev, and the one sampled seed goes straight to test."""
+    With N = 1 there is nothing to pick on dev, and the one sampled seed goes straight to test. Seeds
+    already played beside the candidates on dev (:func:`evolver.loop.baseline_jobs`) come from the
+    episode cache."""
     cfg = run.config.loop
     n = max(1, sum(r["status"] in ("admitted", "discarded") for r in run.store.proposals(run.id)))
     seeds = [cfg.episode_seed + k for k in range(n)]

@@ -399,13 +399,18 @@ def _check(run: Run, it: int, parent: Program, drafts: list[Draft], data: dict,
     return survivors
 
 
+SMOKE_STEPS = 5  # a harness or skill that cannot play fails within its first moves; the rest is the probe's
+
+
 def _smoke(run: Run, it: int, checked: list[Candidate], data: dict) -> list[list]:
-    """One smoke episode each, on a training task, all in one batch: a candidate that cannot play is out."""
+    """One smoke episode each, on a training task, cut after :data:`SMOKE_STEPS` moves, all in one
+    batch: a candidate that cannot play is out."""
     if not checked:
         return []
     cfg = run.config.loop
     run.status = f"iteration {it}: smoke episodes" + (" (sandboxed)" if cfg.sandbox_harness else "")
-    jobs = [(run.context(c.program), data["train"][:1]) for c in checked]  # type: ignore[attr-defined]
+    tasks = [dataclasses.replace(t, max_steps=min(t.max_steps or SMOKE_STEPS, SMOKE_STEPS)) for t in data["train"][:1]]
+    jobs = [(run.context(c.program), tasks) for c in checked]  # type: ignore[attr-defined]
     return play(run, jobs, seed=cfg.episode_seed, purpose="smoke", store=run.store)
 
 
@@ -458,7 +463,8 @@ def _evaluate_and_select(run: Run, it: int, candidates: list[Candidate], data: d
             return []
     run.status = f"iteration {it}: evaluating {len(candidates)} candidates on dev"
     programs = [c.program for c in candidates]  # type: ignore[attr-defined]
-    evals, values, _ = evaluate_programs(run, programs, data["dev"], "dev", it)
+    evals, values, _ = evaluate_programs(run, programs, data["dev"], "dev", it,
+                                         extra=baseline_jobs(run, data["dev"], len(candidates)))
     admitted = []
     for cand, ev, per in zip(candidates, evals, values):
         metrics = ev.metrics()
@@ -486,6 +492,21 @@ def _evaluate_and_select(run: Run, it: int, candidates: list[Candidate], data: d
         run.repo.remove_worktree(cand.id)
     _retag(run)
     return admitted
+
+
+def baseline_jobs(run: Run, dev: list, playing: int) -> list[Job]:
+    """Best-of-N's dev episodes for the tries so far, these ``playing`` candidates included: the seed
+    sampled with job seeds episode_seed + k, played in the candidates' dev lockstep (the seed's weights
+    batch with every untrained candidate's) rather than all at the end, so the end of the run
+    (:func:`evolver.final.best_of_n`) finds them in the episode cache. None while N < 2: one try has
+    nothing to pick on dev."""
+    cfg = run.config.loop
+    tries = sum(r["status"] in ("admitted", "discarded") for r in run.store.proposals(run.id)) + playing
+    if not cfg.best_of_n or tries < 2:
+        return []
+    ctx = run.context(run.repo.checkout(SEED_ID))
+    return [Job(ctx, dev, cfg.episode_seed + k, purpose="baseline", temperature=cfg.baseline_temperature)
+            for k in range(tries)]
 
 
 def _retag(run: Run) -> None:

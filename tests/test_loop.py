@@ -120,8 +120,18 @@ def test_broken_candidates_are_rejected_with_their_reasons_and_the_run_goes_on(t
     cfg.proposers = ["breaker"]
     store = Store(Path(cfg.store) / "evolver.duckdb")
     run = Run(cfg, store, ProgramRepo(Path(cfg.store)))
+    import evolver.loop
+    smoke_limits = []
+    real_play = evolver.loop.play
+
+    def play(run, jobs, *a, **kw):
+        if kw.get("purpose") == "smoke":
+            smoke_limits.extend(t.max_steps for _, tasks in jobs for t in tasks)
+        return real_play(run, jobs, *a, **kw)
+    monkeypatch.setattr(evolver.loop, "play", play)
     try:
         summary = run_loop(run)
+        assert smoke_limits and all(n == evolver.loop.SMOKE_STEPS for n in smoke_limits)  # cut short
         reasons = {p["hypothesis"]: (p["status"], p["reason"]) for p in store.proposals(run.id)}
         assert reasons["a harness that does not import"][0] == "rejected"
         assert "not_a_module_anywhere" in reasons["a harness that does not import"][1]
@@ -320,6 +330,66 @@ def test_admission_evidence_and_the_best_of_n_baseline_reach_the_log_store_and_r
         assert "Best vs seed on test: +1.000, 95% bootstrap interval [1.000, 1.000] on 4 tasks (paired)." in report
         assert "Best-of-2 vs seed on test: " in report and "Best vs best-of-2 on test: " in report
         assert "| p0001 | worsener | create | seed | admitted | 1.000 | +1.000 [1.000, 1.000] vs seed, n=4 |" in report
+    finally:
+        run.close()
+        store.close()
+
+
+TWINS = '''
+from pathlib import Path
+from evolver.hookspecs import hookimpl
+from evolver.skills import write_skill
+
+class Twins:
+    """Two candidates an iteration, both with the skill that solves the toy benchmark."""
+    def __init__(self, run, **_):
+        pass
+
+    def propose(self, ctx):
+        drafts = []
+        for name in ("shout-words", "capital-words"):
+            d = ctx.new_draft("create", name)
+            write_skill(Path(d.path) / "skills", name, "Use when asked to answer with a word.",
+                        "Answer with the word in UPPERCASE letters.")
+            drafts.append(d)
+        return drafts
+
+@hookimpl
+def register_proposers(register):
+    register("twins", Twins)
+'''
+
+
+def test_best_of_n_dev_episodes_play_beside_the_candidates_and_the_end_reuses_them(tmp_path):
+    import toybench
+    plugins.load_local(TOY)
+    greedy = toybench.make_rule()
+    statuses = []  # the run's status at each sampled model call
+
+    def coin(req):
+        if getattr(req, "temperature", 0) > 0:
+            statuses.append(holder[0].status)
+        return greedy(req)
+    plugin = tmp_path / "twins.py"
+    plugin.write_text(TWINS)
+    plugins.load_local(plugin)
+    cfg = make_config(tmp_path, coin, iterations=1, candidates_per_iteration=2, objectives=["score:max"])
+    cfg.proposers = ["twins"]
+    store = Store(Path(cfg.store) / "evolver.duckdb")
+    run = Run(cfg, store, ProgramRepo(Path(cfg.store)), console=Console())
+    holder = [run]
+    try:
+        summary = run_loop(run)
+        assert [r["status"] for r in store.proposals(run.id)].count("discarded") + \
+            [r["status"] for r in store.proposals(run.id)].count("admitted") == 2
+        bon = summary["best_of_n"]
+        assert bon["n"] == 2 and bon["seeds"] == [0, 1] and len(bon["dev_scores"]) == 2
+        # the two sampled seeds played on dev in the candidates' lockstep (2 x 4 + 2 x 4 episodes), never
+        # on their own at the end ("best-of-2 on dev k/8")
+        dev_calls = [s for s in statuses if "dev" in s]
+        assert len(dev_calls) == 8 and all(s.startswith("dev ") and s.endswith("/16") for s in dev_calls)
+        baseline_eps = store.episodes(run_id=run.id, purpose="baseline")
+        assert len(baseline_eps) == 2 * 4 + 4  # 2 seeds on 4 dev tasks, the picked one on 4 test tasks
     finally:
         run.close()
         store.close()

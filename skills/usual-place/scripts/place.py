@@ -13,8 +13,6 @@ import re
 import sys
 from pathlib import Path
 
-import numpy as np
-
 HERE = Path(__file__).resolve().parent
 PHRASE = re.compile(r"(?:you see|There is also|You also see) an? ([A-Za-z][A-Za-z\- ]*?)(,? that [^.]*)?\.")
 STEP = re.compile(r"\n> ([^\n]*)\n")
@@ -62,24 +60,41 @@ def state(transcript: str):
 
 
 class Places:
+    """The train games' places, and the embedding model loaded only when an object must be ranked: a
+    step with nothing in hand (most of them) needs neither numpy nor the model."""
+
     def __init__(self):
         table = json.loads((HERE.parent / "places.json").read_text())
         self.furniture = set(table["furniture"])
         self.places = [p for _, p in table["places"]]
-        self.vectors = np.load(HERE.parent / "places.npy").astype(np.float32) / 127.0  # stored as int8
-        from minilm import MiniLM, model_dir
-        folder = model_dir()
-        self.model = MiniLM(folder) if folder else None
+        self._model, self._vecs = False, {}
+
+    def _load(self):
+        if self._model is False:
+            import numpy as np
+            from minilm import MiniLM, model_dir
+            self.np = np
+            self.vectors = np.load(HERE.parent / "places.npy").astype(np.float32) / 127.0  # stored as int8
+            folder = model_dir()
+            self._model = MiniLM(folder) if folder else None
+        return self._model
+
+    def _encode(self, texts: list[str]):
+        """Unit vectors of ``texts``, each text embedded once per run of the script."""
+        new = [t for t in dict.fromkeys(texts) if t not in self._vecs]
+        if new:
+            self._vecs.update(zip(new, self._model.encode(new)))
+        return [self._vecs[t] for t in texts]
 
     def rank(self, thing: str, options: list[str]) -> list[str]:
         if not options:
             return []
-        if self.model is None:  # no embedding model: furniture the train games used most, first
+        if self._load() is None:  # no embedding model: furniture the train games used most, first
             return sorted(options, key=lambda o: -self.places.count(o))
-        vecs = self.model.encode([f"a {thing}"] + [f"in the {o}" for o in options])
+        vecs = self._encode([f"a {thing}"] + [f"in the {o}" for o in options])
         sims = self.vectors @ vecs[0]
         score = {o: OWN_LIKENESS * float(vecs[i + 1] @ vecs[0]) for i, o in enumerate(options)}
-        for j in np.argsort(-sims)[:NEIGHBOURS]:
+        for j in self.np.argsort(-sims)[:NEIGHBOURS]:
             if self.places[j] in score:
                 score[self.places[j]] += max(0.0, float(sims[j]))
         return sorted(options, key=lambda o: -score[o])
