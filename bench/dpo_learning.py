@@ -5,6 +5,10 @@ mines them into pairs (a right and a wrong answer to one question) and trains DP
 them, offline; the greedy dev score is measured before, every ``--eval-every`` steps and after.
 
     .venv/bin/python bench/dpo_learning.py [--steps 20] [--eval-every 10] [--trainer step-dpo]
+    .venv/bin/python bench/dpo_learning.py --benchmark twx --program p0001 --store S --train 2 --group 3
+
+With ``--benchmark twx`` the sampling policy is ``--program`` (its harness, its skills and, for a trained
+program, its checkpoint: the GRPO comparison's start), playing ``--train`` training tasks per game.
 
 Unlike GRPO, the data is collected once by the starting policy and never again: the cost is one
 sampling pass plus cheap offline steps, and what it can learn is bounded by what those samples hold.
@@ -19,7 +23,7 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("EVOLVER_PLUGINS", "transformers,reasoning-gym,grpo,preference")
+os.environ.setdefault("EVOLVER_PLUGINS", "transformers,reasoning-gym,twx,grpo,preference")
 
 from grpo_learning import EASY  # noqa: E402  (the GRPO curve's task, exactly)
 
@@ -30,8 +34,8 @@ def sample(run, args) -> tuple[int, float]:
     from evolver_grpo.engines import RolloutBackend, make_engine
 
     engine = make_engine(run)
-    ctx = run.context(run.repo.checkout("seed"))
-    tasks = run.benchmark.tasks("train")
+    ctx = run.context(run.repo.checkout(args.program))
+    tasks = run.benchmark.tasks("train", per_category=args.train)
     sampler = RolloutBackend(engine.backend, temperature=1.0, max_tokens=args.tokens, seed=args.seed)
     sampler.reseed(args.seed * 7919)
     per_job = evaluate_many([(ctx, tasks, args.seed * 1000 + g) for g in range(args.group)], run.benchmark, sampler,
@@ -54,9 +58,14 @@ def main() -> None:
     ap.add_argument("--pairs-per-task", type=int, default=4)
     ap.add_argument("--store", default=None)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--benchmark", choices=["reasoning-gym", "twx"], default="reasoning-gym")
+    ap.add_argument("--program", default="seed", help="the sampling policy and the program DPO trains")
+    ap.add_argument("--train", type=int, default=None, help="training tasks per category (default: all)")
+    ap.add_argument("--max-steps", type=int, default=0, help="twx: moves an episode (0: each game's own limit)")
     args = ap.parse_args()
 
-    from evolver import open_run
+    from evolver import ProgramRepo, open_run
+    from evolver.cli import program_checkpoint
     from evolver.config import Config
     from evolver_preference.trainer import DPOTrainer, StepDPOTrainer
 
@@ -64,9 +73,15 @@ def main() -> None:
     store_dir = Path(args.store) if args.store else Path(tempfile.mkdtemp(prefix="bench-dpo-"))
     options = {"steps": args.steps, "lr": args.lr, "beta": args.beta, "batch_size": args.batch,
                "max_pairs_per_task": args.pairs_per_task, "eval_split": "dev", "eval_per_category": args.dev,
-               "eval_every": args.eval_every, "seed": args.seed}
-    cfg = Config(store=str(store_dir), benchmark="reasoning-gym", benchmark_options=EASY,
+               "eval_every": args.eval_every, "seed": args.seed, "program": args.program}
+    bench, bench_options = ("reasoning-gym", EASY) if args.benchmark == "reasoning-gym" else (
+        "twx", {"suite": "twx-easy", **({"max_steps": args.max_steps} if args.max_steps else {})})
+    cfg = Config(store=str(store_dir), benchmark=bench, benchmark_options=bench_options,
                  plugins={args.trainer: options})
+    start = program_checkpoint(ProgramRepo(store_dir), args.program, cfg)
+    if start:  # a trained program: its weights sample and train, as `evolver eval` plays it
+        cfg.roles["executor"].model = start
+        print(f"model: {start}", flush=True)
     with open_run(cfg, run_id=f"dpo-learn-{int(time.time())}") as run:
         t0 = time.time()
         n, mean = sample(run, args)

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("EVOLVER_PLUGINS", "transformers,reasoning-gym,grpo")
+os.environ.setdefault("EVOLVER_PLUGINS", "transformers,reasoning-gym,twx,grpo")
 
 # Sums of two one-digit numbers: the 135M model gets ~20% of its sampled answers right, so groups
 # have reward spread; harder generators score 0 for every sample (measured: chain_sum with up to 2
