@@ -25,7 +25,7 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("EVOLVER_PLUGINS", "transformers,reasoning-gym,twx,grpo,preference")
 
-from grpo_learning import EASY  # noqa: E402  (the GRPO curve's task, exactly)
+from grpo_learning import EASY, start_from  # noqa: E402  (the GRPO curve's task, exactly)
 
 
 def sample(run, args) -> tuple[int, float]:
@@ -64,8 +64,7 @@ def main() -> None:
     ap.add_argument("--max-steps", type=int, default=0, help="twx: moves an episode (0: each game's own limit)")
     args = ap.parse_args()
 
-    from evolver import ProgramRepo, open_run
-    from evolver.cli import program_checkpoint
+    from evolver import open_run
     from evolver.config import Config
     from evolver_preference.trainer import DPOTrainer, StepDPOTrainer
 
@@ -78,10 +77,7 @@ def main() -> None:
         "twx", {"suite": "twx-easy", **({"max_steps": args.max_steps} if args.max_steps else {})})
     cfg = Config(store=str(store_dir), benchmark=bench, benchmark_options=bench_options,
                  plugins={args.trainer: options})
-    start = program_checkpoint(ProgramRepo(store_dir), args.program, cfg)
-    if start:  # a trained program: its weights sample and train, as `evolver eval` plays it
-        cfg.roles["executor"].model = start
-        print(f"model: {start}", flush=True)
+    cfg = start_from(cfg, args.program, args.trainer)  # a trained program's weights sample and train
     with open_run(cfg, run_id=f"dpo-learn-{int(time.time())}") as run:
         t0 = time.time()
         n, mean = sample(run, args)

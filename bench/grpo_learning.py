@@ -58,9 +58,21 @@ def trainer_for(method: str, run, grpo: dict, progress, tree_nodes: int = 1, mul
     return GRPOTrainer(run, grpo, progress=progress)
 
 
-def train(args, skills: bool, label: str, method: str = "grpo") -> tuple[list[dict], dict]:
-    from evolver import ProgramRepo, open_run
+def start_from(cfg, program: str, label: str):
+    """``cfg`` with the executor loaded from ``program``'s checkpoint when it is a trained program, as
+    `evolver eval` plays it."""
+    from evolver import ProgramRepo
     from evolver.cli import program_checkpoint
+
+    start = program_checkpoint(ProgramRepo(Path(cfg.store)), program, cfg)
+    if start:
+        cfg.roles["executor"].model = start
+        print(f"[{label}] model: {start}", flush=True)
+    return cfg
+
+
+def train(args, skills: bool, label: str, method: str = "grpo") -> tuple[list[dict], dict]:
+    from evolver import open_run
     from evolver.config import Config
 
     store_dir = Path(args.store) if args.store else Path(tempfile.mkdtemp(prefix="bench-learn-"))
@@ -72,11 +84,8 @@ def train(args, skills: bool, label: str, method: str = "grpo") -> tuple[list[di
             "beta": args.beta, "max_new_tokens": args.tokens, "program": args.program, "skills": skills,
             "estimator": args.estimator, "loss": args.loss, "eval_split": "dev", "eval_per_category": args.dev,
             "eval_every": args.eval_every, "seed": args.seed, "rewards": args.rewards.split(",") if args.rewards else None}
-    cfg = Config(store=str(store_dir), benchmark=bench, benchmark_options=options, plugins={"grpo": grpo})
-    start = program_checkpoint(ProgramRepo(store_dir), args.program, cfg)
-    if start:  # a trained program: its weights are the policy's start, as `evolver eval` plays it
-        cfg.roles["executor"].model = start
-        print(f"[{label}] model: {start}", flush=True)
+    cfg = start_from(Config(store=str(store_dir), benchmark=bench, benchmark_options=options,
+                            plugins={"grpo": grpo}), args.program, label)
     began = time.time()
     with open_run(cfg, run_id=f"learn-{label}-{int(time.time())}") as run:
         splits = {sp: len(run.benchmark.tasks(sp)) for sp in ("train", "dev")}

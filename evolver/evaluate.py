@@ -152,7 +152,8 @@ def evaluate_many(jobs: list, benchmark, backend, *, seed: int = 0,
             harness_factory = stack.enter_context(_sandboxed_harnesses(run))
         harnesses = [_try_harness(job.ctx, harness_factory) if j in playing else None for j, job in enumerate(jobs)]
         lives = (_Live(e, jobs[j].ctx, harnesses[j], e.max_steps, key=(j, i), backend=backends[j],
-                       monitor=step_monitor, replay=(jobs[j].replay or [None] * (i + 1))[i]) for j, i, e in pending)
+                       monitor=step_monitor, replay=jobs[j].replay[i] if jobs[j].replay else None)
+                 for j, i, e in pending)
         max_live = min(max_live, getattr(benchmark, "max_live", None) or max_live)
         _play(lives, benchmark, max_live, finished)
     return [[results[(j, i)] for i in range(len(job.tasks))] for j, job in enumerate(jobs)]

@@ -22,7 +22,7 @@ def finish(run: Run, seed: Program, data: dict) -> dict:
     from evolver.report import write_report
 
     cfg = run.config.loop
-    baseline = best_of_n(run, seed, data["dev"]) if cfg.best_of_n else None
+    baseline = best_of_n(run, data["dev"]) if cfg.best_of_n else None
     run.status = "final evaluation on test"
     ids = [SEED_ID] + [m for m in run.frontier.ids() if m != SEED_ID]
     programs = [run.repo.checkout(pid) for pid in ids]
@@ -53,23 +53,34 @@ def finish(run: Run, seed: Program, data: dict) -> dict:
     return summary
 
 
-def best_of_n(run: Run, seed: Program, dev: list) -> dict:
-    """The seed program sampled at ``loop.baseline_temperature`` with N job seeds (episode_seed + k) on
-    dev, all N in one lockstep; returns N, each seed's dev score and the best seed (the first of equals).
-    N counts every candidate that played dev, the ones stopped after the probe included: each was a try.
-    With N = 1 there is nothing to pick on dev, and the one sampled seed goes straight to test. Seeds
-    already played beside the candidates on dev (:func:`evolver.loop.baseline_jobs`) come from the
-    episode cache."""
+def tries(run: Run) -> int:
+    """Candidates that played dev so far, the ones stopped after the probe included: each was a try."""
+    return sum(r["status"] in ("admitted", "discarded") for r in run.store.proposals(run.id))
+
+
+def baseline_jobs(run: Run, dev: list, n: int) -> list[Job]:
+    """The seed program sampled at ``loop.baseline_temperature`` with job seeds episode_seed + k, k < n."""
     cfg = run.config.loop
-    n = max(1, sum(r["status"] in ("admitted", "discarded") for r in run.store.proposals(run.id)))
+    ctx = run.context(run.repo.checkout(SEED_ID))
+    return [Job(ctx, dev, cfg.episode_seed + k, purpose="baseline", temperature=cfg.baseline_temperature)
+            for k in range(n)]
+
+
+def best_of_n(run: Run, dev: list) -> dict:
+    """The seed program sampled with N job seeds (:func:`baseline_jobs`) on dev, all N in one lockstep;
+    returns N, each seed's dev score and the best seed (the first of equals). N = :func:`tries`. With
+    N = 1 there is nothing to pick on dev, and the one sampled seed goes straight to test. Seeds already
+    played beside the candidates on dev (``evolver.loop._evaluate_and_select``) come from the episode
+    cache."""
+    cfg = run.config.loop
+    n = max(1, tries(run))
     seeds = [cfg.episode_seed + k for k in range(n)]
     if n == 1:  # one try: nothing to pick on dev
         return {"program": SEED_ID, "n": 1, "temperature": cfg.baseline_temperature, "seeds": seeds,
                 "dev_scores": [], "seed": seeds[0], "dev": None}
     run.status = f"best-of-{n} baseline on dev"
-    ctx = run.context(seed)
-    lists = play(run, [(ctx, dev, s) for s in seeds], cfg.baseline_temperature, seed=seeds[0],
-                 purpose="baseline", store=run.store, progress=_progress(run, f"best-of-{n} on dev"))
+    lists = play(run, baseline_jobs(run, dev, n), seed=seeds[0], purpose="baseline", store=run.store,
+                 progress=_progress(run, f"best-of-{n} on dev"))
     dev_scores = [summarize(SEED_ID, "dev", eps).score for eps in lists]
     k = max(range(n), key=lambda i: (dev_scores[i], -i))
     run.log(f"best-of-{n} baseline: seed {seeds[k]} scores {dev_scores[k]:.3f} on dev "

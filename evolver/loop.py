@@ -463,8 +463,13 @@ def _evaluate_and_select(run: Run, it: int, candidates: list[Candidate], data: d
             return []
     run.status = f"iteration {it}: evaluating {len(candidates)} candidates on dev"
     programs = [c.program for c in candidates]  # type: ignore[attr-defined]
-    evals, values, _ = evaluate_programs(run, programs, data["dev"], "dev", it,
-                                         extra=baseline_jobs(run, data["dev"], len(candidates)))
+    from evolver.final import baseline_jobs, tries  # it imports this module
+
+    # Best-of-N's dev episodes for the tries so far, these included, play in this lockstep (the seed's
+    # weights batch with every untrained candidate's); the end of the run finds them in the cache.
+    n = tries(run) + len(candidates)
+    extra = baseline_jobs(run, data["dev"], n) if run.config.loop.best_of_n and n >= 2 else []
+    evals, values, _ = evaluate_programs(run, programs, data["dev"], "dev", it, extra=extra)
     admitted = []
     for cand, ev, per in zip(candidates, evals, values):
         metrics = ev.metrics()
@@ -492,21 +497,6 @@ def _evaluate_and_select(run: Run, it: int, candidates: list[Candidate], data: d
         run.repo.remove_worktree(cand.id)
     _retag(run)
     return admitted
-
-
-def baseline_jobs(run: Run, dev: list, playing: int) -> list[Job]:
-    """Best-of-N's dev episodes for the tries so far, these ``playing`` candidates included: the seed
-    sampled with job seeds episode_seed + k, played in the candidates' dev lockstep (the seed's weights
-    batch with every untrained candidate's) rather than all at the end, so the end of the run
-    (:func:`evolver.final.best_of_n`) finds them in the episode cache. None while N < 2: one try has
-    nothing to pick on dev."""
-    cfg = run.config.loop
-    tries = sum(r["status"] in ("admitted", "discarded") for r in run.store.proposals(run.id)) + playing
-    if not cfg.best_of_n or tries < 2:
-        return []
-    ctx = run.context(run.repo.checkout(SEED_ID))
-    return [Job(ctx, dev, cfg.episode_seed + k, purpose="baseline", temperature=cfg.baseline_temperature)
-            for k in range(tries)]
 
 
 def _retag(run: Run) -> None:

@@ -55,7 +55,7 @@ def test_numpy_minilm_matches_sentence_transformers():
 
 def test_the_sandboxed_script_reads_the_embedding_model(tmp_path):
     """The model's package comes with a plugin, and the sandbox hides plugin packages: this one is data it
-    keeps visible (evolver.sandbox.SKILL_DATA), or the skill would rank by counts alone."""
+    keeps visible (evolver.sandbox_view.SKILL_DATA), or the skill would rank by counts alone."""
     probe = tmp_path / "probe.py"
     probe.write_text(f"import sys\nsys.path.insert(0, {str(SKILL / 'scripts')!r})\n"
                      "from minilm import model_dir\nprint(model_dir() is not None)\n")
