@@ -42,8 +42,10 @@ def set_mode(harness: str, mode: str) -> str:
 @contextmanager
 def seed_workspace(max_steps: int | None = None, **config):
     """A throwaway workspace on twx-easy with the seed program: yields (folder, run, seed), then closes
-    the run and deletes the folder."""
+    the run and deletes the folder. The seed carries twx's hand-written pack (``seed_skills=twx-experts``,
+    as these benchmarks were measured) unless ``seed_skills`` is given."""
     tmp = Path(tempfile.mkdtemp(prefix="evolver-bench-"))
+    config.setdefault("seed_skills", ["twx-experts"])  # opt-in, hand-written: a comparison, not the default
     options = {"suite": "twx-easy", **({"max_steps": max_steps} if max_steps is not None else {})}
     try:
         with open_run(Config(store=str(tmp), benchmark_options=options, **config)) as run:

@@ -76,6 +76,7 @@ def main() -> None:
     bench, bench_options = ("reasoning-gym", EASY) if args.benchmark == "reasoning-gym" else (
         "twx", {"suite": "twx-easy", **({"max_steps": args.max_steps} if args.max_steps else {})})
     cfg = Config(store=str(store_dir), benchmark=bench, benchmark_options=bench_options,
+                 seed_skills=["twx-experts"] if bench == "twx" else None,  # twx's hand-written pack, as measured
                  plugins={args.trainer: options})
     cfg = start_from(cfg, args.program, args.trainer)  # a trained program's weights sample and train
     with open_run(cfg, run_id=f"dpo-learn-{int(time.time())}") as run:

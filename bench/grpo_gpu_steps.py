@@ -24,6 +24,8 @@ def main() -> None:
     ap.add_argument("--engine", default="auto", help="vllm, transformers or auto (vllm when importable)")
     ap.add_argument("--lora", action="store_true")
     ap.add_argument("--dtype", default="bf16", help="engine dtype: bf16 (autocast) or fp32")
+    ap.add_argument("--decode", default="auto", help="transformers engine decode path: auto (CUDA graphs on a "
+                    "GPU), graphs, static, loop")
     ap.add_argument("--rollout-batch", type=int, default=0, help="episodes per lockstep (0: the whole step)")
     args = ap.parse_args()
     if args.engine == "auto":
@@ -36,7 +38,8 @@ def main() -> None:
 
     tmp = Path(tempfile.mkdtemp(prefix="gpu-grpo-"))
     cfg = Config(store=str(tmp), benchmark="basic", benchmark_options={"categories": ["arithmetic"]},
-                 roles={"executor": {"backend": args.engine, "options": {"dtype": args.dtype, "max_batch": 256}}},
+                 roles={"executor": {"backend": args.engine, "options": {"dtype": args.dtype, "max_batch": 256,
+                                                                 "decode": args.decode}}},
                  plugins={"grpo": {"group_size": args.group, "tasks_per_step": args.prompts, "lora": args.lora,
                                    "max_new_tokens": args.tokens, "autocast": args.dtype == "bf16", "micro_batch": 32,
                                    "rollout_batch": args.rollout_batch}})
@@ -58,6 +61,11 @@ def main() -> None:
             print(f"| {r['step']} | {r['step_s']:.2f} | {r['rollout_s']:.2f} | {r['logprob_s']:.2f} "
                   f"| {r['update_s']:.2f} | {r['sync_s']:.2f} | {toks:.0f} | {toks / max(r['rollout_s'], 1e-9):.0f} "
                   f"| {r['reward_mean']:.3f} |")
+        backend = trainer.engine.backend if trainer.engine is not None else None
+        if hasattr(backend, "decode_path"):
+            print(f"rollouts decoded by: {backend.decode_path}"
+                  + (f" ({backend.decode_error})" if backend.decode_error else "")
+                  + f"; graph captures {backend.timing.get('graph_captures', 0)}")
         if dev.type == "cuda":
             print(f"peak GPU memory: {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB")
 

@@ -85,6 +85,7 @@ def train(args, skills: bool, label: str, method: str = "grpo") -> tuple[list[di
             "estimator": args.estimator, "loss": args.loss, "eval_split": "dev", "eval_per_category": args.dev,
             "eval_every": args.eval_every, "seed": args.seed, "rewards": args.rewards.split(",") if args.rewards else None}
     cfg = start_from(Config(store=str(store_dir), benchmark=bench, benchmark_options=options,
+                            seed_skills=["twx-experts"] if bench == "twx" else None,  # hand-written pack, as measured
                             plugins={"grpo": grpo}), args.program, label)
     began = time.time()
     with open_run(cfg, run_id=f"learn-{label}-{int(time.time())}") as run:

@@ -28,7 +28,8 @@ def main() -> None:
     ap.add_argument("--variant", action="append", default=[], help="comma-separated plugins.sft KEY=VALUE")
     ap.add_argument("--store", default=None)
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                    help="a config override for every command, e.g. 'seed_skills=[\"quantity-order\"]'")
+                    help="a config override for every command, e.g. 'seed_skills=twx-experts' (twx's "
+                         "hand-written pack) or 'seed_skills=[\"quantity-order\"]' (one of its skills)")
     args = ap.parse_args()
     common = [x for kv in args.overrides for x in ("--set", kv)]
     store = Path(args.store or tempfile.mkdtemp(prefix="imitation-")).resolve()

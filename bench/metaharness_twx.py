@@ -82,6 +82,7 @@ def config(kind: str, store: Path, args) -> Config:
     bench = ({"suite": "twx-easy"} | ({"max_steps": args.max_steps} if args.max_steps else {})
              | ({"games": args.games} if args.games else {}))
     return Config(benchmark="twx", benchmark_options=bench, store=str(store), roles=roles,
+                  seed_skills=["twx-experts"],  # twx's hand-written pack (opt-in), as measured
                   proposers=["meta-harness"], plugins={"meta-harness": options},
                   loop={"iterations": args.iterations, "dev_per_category": args.per_category,
                         "test_per_category": args.per_category, "candidates_per_iteration": 2,

@@ -27,7 +27,8 @@ def build_samples(out: Path, per_category: int) -> dict:
     from evolver_skillrl.sft import SFTTrainer
 
     tmp = Path(tempfile.mkdtemp(prefix="evolver-bench-"))
-    cfg = Config(store=str(tmp), benchmark_options={"suite": "twx-easy"})
+    cfg = Config(store=str(tmp), benchmark_options={"suite": "twx-easy"},
+                 seed_skills=["twx-experts"])  # twx's hand-written pack (opt-in), as measured
     with open_run(cfg) as run:
         trainer = SFTTrainer(run, {"per_category": per_category})
         trainer.setup()

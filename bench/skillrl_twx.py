@@ -45,6 +45,7 @@ def make_run(args, label: str):
     bench = {"suite": "twx-easy", **({"games": args.games.split(",")} if args.games else {}),
              **({"max_steps": args.max_steps} if args.max_steps else {})}
     cfg = Config(store=str(store_dir), benchmark="twx", benchmark_options=bench,
+                 seed_skills=["twx-experts"],  # twx's hand-written pack (opt-in), as measured
                  plugins={"grpo": grpo, "skillrl": skillrl, "sft": sft})
     return open_run(cfg, run_id=f"bench-{label}-{int(time.time())}")
 

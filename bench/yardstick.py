@@ -17,7 +17,8 @@ scores of each evaluation. ``--sft seed_bank=false`` trains without a skill bank
 its proposers, its own final test evaluation and best-of-N baseline), timed, then the ablation on the
 same test tasks: every program on the best program's lineage (seed, then each component that
 changed it: imitation, expert iteration, GRPO, skills, harness edits), and the best without its
-skills (``evolver eval --skills none,evolved``). Example: ``--config examples/twx-full.toml
+skills (``evolver eval --skills none``) and, with ``--pack``, with the benchmark's hand-written pack
+instead (``--skills pack``, a labelled comparison), with the normalised gains. Example: ``--config examples/twx-full.toml
 --per-category 8``; a run's episodes are cached, so programs it already played on test cost nothing.
 ``--existing`` measures the ablation of the newest finished run in ``--store`` without running it again.
 """
@@ -104,10 +105,24 @@ def pipeline(args, store: Path) -> None:
     t, _ = evolver(store, *common, "eval", "--split", args.split, "--per-category", n, "--program", best,
                    "--skills", "none")
     total += t
-    rows.append((f"best without its skills: {best}", t, total, latest_eval(store)))
+    none = latest_eval(store)
+    rows.append((f"best without its skills: {best}", t, total, none))
+    pack = None
+    if args.pack:  # the same weights with the benchmark's hand-written pack as its skills: a labelled comparison
+        t, _ = evolver(store, *common, "eval", "--split", args.split, "--per-category", n, "--program", best,
+                       "--skills", "pack")
+        total += t
+        pack = latest_eval(store)
+        rows.append((f"best with the hand-written pack instead (not a headline): {best}", t, total, pack))
     print(f"\n{config.name}: twx {args.split}, {args.per_category} tasks per game, embedded SmolLM2-135M, "
           f"{os.cpu_count()} CPU cores; run {run_id}; workspace {store}")
     table(rows)
+    best_eval = next((ev for stage, _, _, ev in rows if stage.endswith(f": {best}") and ev), None)
+    for label, ev in (("mined/evolved skills", best_eval), ("hand-written pack", pack)):
+        if ev and none and none["score"] < 1:
+            g = (ev["score"] - none["score"]) / (1 - none["score"])
+            print(f"{label} vs no skills (same weights): {ev['score'] - none['score']:+.3f} absolute, "
+                  f"normalised gain g = {g:+.3f}")
     paired = summary.get("paired", {})
     for name, p in paired.items():
         print(f"{name}: {p['diff']:+.3f} [{p['low']:+.3f}, {p['high']:+.3f}] on {p['n']} tasks")
@@ -136,6 +151,9 @@ def main() -> None:
     ap.add_argument("--config", default=None, help="measure `evolver --config FILE run` and its ablation instead")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="with --config: a config override for every command (repeatable)")
+    ap.add_argument("--pack", action="store_true",
+                    help="also play the best program's weights with the benchmark's hand-written skill pack "
+                         "(`evolver eval --skills pack`), labelled as a comparison")
     ap.add_argument("--existing", action="store_true",
                     help="with --config and --store: skip the run, measure the ablation of the newest finished one")
     args = ap.parse_args()

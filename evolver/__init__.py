@@ -51,7 +51,7 @@ _API: dict[str, str] = {
     # -- skills (the Agent Skills format) and their checks
     **dict.fromkeys(["Skill", "SkillCaps", "parse_skill", "validate_skill", "load_skills", "check_skills",
                      "write_skill", "check_name", "render_index", "relevant", "tokens", "shipped_skill",
-                     "shipped_skills_dir"],
+                     "shipped_skills_dir", "seed_skill_folders", "pack_folders", "hand_written"],
                     "evolver.skills"),
     "content_problems": "evolver.skill_quality",
     # -- text embeddings for retrieval and dedup (a dense model loads only when asked for)

@@ -327,12 +327,13 @@ def run(obj: Ctx, resume, proposer_names, iterations, cluster_engine, overrides)
                 click.secho(f"run {r.id} stopped: fix the cause, then `evolver run --resume` "
                             "(--set KEY=VALUE corrects its config)", fg="yellow", err=True)
             raise
-    from evolver.report import paired_lines
+    from evolver.report import label, paired_lines
 
     t = summary["test"]
     bon = summary.get("best_of_n")
-    click.echo(f"baseline ({summary['baseline']}) test score {t[summary['baseline']]['score']:.3f}; "
-               f"best ({summary['best']}) {t[summary['best']]['score']:.3f}"
+    click.echo(f"baseline ({summary['baseline']}{label(summary, summary['baseline'])}) test score "
+               f"{t[summary['baseline']]['score']:.3f}; "
+               f"best ({summary['best']}{label(summary, summary['best'])}) {t[summary['best']]['score']:.3f}"
                + (f"; best of {bon['n']} {bon['test']['score']:.3f}" if bon else ""))
     for line in paired_lines(summary):
         click.echo(line)
@@ -431,7 +432,7 @@ DEFAULT_TOML = """\
 benchmark = "twx"
 benchmark_options = { suite = "twx-easy" }
 store = "store"
-proposers = ["imitation", "expert-iteration", "evoskill"]   # learn from experience, evolve skills for it
+proposers = ["skill-miner"]   # a skill mined from rewards, and the policy taught its notes; add "evoskill" with a bigger model
 
 [loop]
 iterations = 3

@@ -1,5 +1,6 @@
-"""SkillsBench-style conditions: play one program with no skills, its evolved skills, or skills the
-model writes for itself in one shot (no feedback), and report the normalised gain
+"""SkillsBench-style conditions: play one program with no skills, its evolved skills, skills the
+model writes for itself in one shot (no feedback), or the benchmark's hand-written skill packs
+(``pack``: labelled so, never a headline), and report the normalised gain
 ``g = (P_skill - P_none) / (1 - P_none)`` beside the absolute one."""
 from __future__ import annotations
 
@@ -11,18 +12,20 @@ from pathlib import Path
 from evolver.evaluate import run_episodes, summarize
 from evolver.programs import content_hash
 from evolver.report import normalised_gain
-from evolver.skills import write_skill
+from evolver.skills import pack_folders, write_skill
 from evolver.types import Evaluation, GenRequest, Message, Program, Task
 
-CONDITIONS = ("none", "evolved", "self")
+CONDITIONS = ("none", "evolved", "self", "pack")
 
 SELF_PROMPT = ("You will solve tasks like the one below. Before you start, write a short skill for yourself: "
                "3 to 6 numbered steps that will help you solve tasks of this kind in general.\n\n"
                "Example task:\n{task}\n\nSteps:\n1.")
 
 
-def variant(program: Program, condition: str, tasks: list[Task], writer=None) -> tuple[Program, Path | None]:
-    """A copy of the program for one condition (a temp folder for none/self), and that folder."""
+def variant(program: Program, condition: str, tasks: list[Task], writer=None,
+            packs: dict | None = None) -> tuple[Program, Path | None]:
+    """A copy of the program for one condition (a temp folder for none/self/pack), and that folder.
+    ``packs``: the benchmark's ``skill_packs``, whose skills all stand in for the program's under ``pack``."""
     if condition == "evolved":
         return program, None
     tmp = Path(tempfile.mkdtemp(prefix=f"evolver-{condition}-"))
@@ -32,6 +35,13 @@ def variant(program: Program, condition: str, tasks: list[Task], writer=None) ->
     (root / "skills").mkdir()
     if condition == "self":
         write_self_skills(root / "skills", tasks, writer)
+    elif condition == "pack":
+        folders = [f for fs in pack_folders(packs).values() for f in fs]
+        if not folders:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise ValueError("skills condition 'pack': this benchmark ships no hand-written skill pack")
+        for folder in folders:
+            shutil.copytree(folder, root / "skills" / folder.name, dirs_exist_ok=True)
     elif condition != "none":
         raise ValueError(f"unknown skills condition {condition!r}; choose from {', '.join(CONDITIONS)}")
     return Program(f"{program.id}+{condition}-skills", program.commit, str(root), content_hash(root),
@@ -64,7 +74,8 @@ def compare(run, program: Program, tasks: list[Task], conditions: list[str], pro
     ``progress(done, total)`` counts the episodes of all the conditions together."""
     out = {}
     for i, cond in enumerate(conditions):
-        prog, tmp = variant(program, cond, tasks, writer=run.backend("executor"))
+        prog, tmp = variant(program, cond, tasks, writer=run.backend("executor"),
+                            packs=getattr(run.benchmark, "skill_packs", None))
         counted = None if progress is None else (
             lambda d, t, before=i * len(tasks): progress(before + d, len(conditions) * len(tasks)))
         try:

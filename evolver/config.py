@@ -147,16 +147,23 @@ class Config(Strict):
     ``--set benchmark_options.KEY=VALUE`` overrides always hold."""
     store: str = "store"
     """Workspace folder: evolver.duckdb, programs/ (git), worktrees/, reports/."""
+    demonstrations: bool = True
+    """Use the demonstrations the benchmark offers for training tasks (imitation, the skill miner, SFT).
+    False: learn from rewards alone, as on a benchmark that offers none."""
     harness: str = "default"
     """Harness a new program is seeded with (``evolver init``); afterwards the program's own code rules."""
     seed_skills: list[str] | None = None
     """Skills the seed program starts with: names of the skills that ship in the repository's
-    ``skills/`` (e.g. ``arithmetic-word-problems``) or paths to skill folders. None: the ones the
-    benchmark suggests (its ``seed_skills``; twx: exact arithmetic and ordering by quantity); []: none."""
-    proposers: list[str] = Field(default_factory=lambda: ["imitation", "expert-iteration", "evoskill"])
-    """Active proposer plugins; several may run side by side. The default learns from experience
-    (imitation of the benchmark's demonstrations, expert iteration on the policy's own successes:
-    checkpoints, ``plugins/experience``) and evolves skills for the trained policy (EvoSkill)."""
+    ``skills/``, paths to skill folders, or names of the benchmark's skill packs (``skill_packs``: a
+    pack's name stands for all its skills, a skill of a pack can be named alone); a plain string is a
+    comma-separated list (``--set seed_skills=twx-experts``). None: the ones the benchmark suggests (its
+    ``seed_skills``; twx: none); []: none. twx's hand-written solvers are the opt-in pack ``twx-experts``."""
+    proposers: list[str] = Field(default_factory=lambda: ["skill-miner"])
+    """Active proposer plugins; several may run side by side. The default learns from experience with no
+    capable model needed (``plugins/experience``'s skill miner: a skill of data mined from the store's
+    rewards, and the policy taught to follow its notes by imitation where the benchmark demonstrates
+    tasks, else by expert iteration). With a bigger model add ``evoskill``, ``metaharness``, ``imitation``,
+    ``expert-iteration``, ``grpo``."""
     trainer: str | None = None
     """Trainer ``evolver train`` runs when neither ``--trainer`` nor a trainer's own flag names one.
     None: the first registered trainer without a flag of its own (``evolver plugins`` lists them)."""
@@ -174,6 +181,11 @@ class Config(Strict):
         if isinstance(data, dict) and "benchmark_options" not in data and data.get("benchmark", "twx") != "twx":
             data = {**data, "benchmark_options": {}}  # the default options are twx's, not another benchmark's
         return data
+
+    @field_validator("seed_skills", mode="before")
+    @classmethod
+    def _comma_list(cls, value: Any) -> Any:
+        return [s.strip() for s in value.split(",") if s.strip()] if isinstance(value, str) else value
 
     @field_validator("roles")
     @classmethod

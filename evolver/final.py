@@ -19,7 +19,7 @@ from evolver.types import Program
 
 def finish(run: Run, seed: Program, data: dict) -> dict:
     """Evaluate on test (never seen by selection), compare paired, write the report. Returns the summary."""
-    from evolver.report import write_report
+    from evolver.report import hand_written_programs, write_report
 
     cfg = run.config.loop
     baseline = best_of_n(run, data["dev"]) if cfg.best_of_n else None
@@ -35,7 +35,8 @@ def finish(run: Run, seed: Program, data: dict) -> dict:
     summary = {"test": {ev.program_id: ev.metrics() | {"per_category": ev.per_category} for ev in evals},
                "baseline": SEED_ID, "best": best,
                "frontier": run.frontier.to_dict(), "tokens": dict(run.tokens),
-               "wall_s": run.elapsed(), "iterations": run.iteration + 1}
+               "wall_s": run.elapsed(), "iterations": run.iteration + 1,
+               "hand_written": hand_written_programs(run.repo, ids)}
     scores = {ev.program_id: v["score"] for ev, v in zip(evals, values)}
     pairs = {"best_vs_seed": (best, SEED_ID)}
     if baseline is not None:

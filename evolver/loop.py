@@ -36,13 +36,15 @@ from evolver.types import Candidate, Program, Proposal
 SEED_ID = "seed"
 
 
-def seed_files(harness: str = "default", skills: list[str] = (), system_prompt: str | None = None) -> Path:
+def seed_files(harness: str = "default", skills: list[str] = (), system_prompt: str | None = None,
+               packs: dict | None = None) -> Path:
     """A temp folder with the seed program: prompt.md (``system_prompt``, a benchmark's own, else the
-    generic one), skills/ (``skills``: folders copied in, see :func:`evolver.skills.shipped_skill`),
-    harness/harness.py."""
-    from evolver.skills import shipped_skill
+    generic one), skills/ (``skills``: folders copied in, see :func:`evolver.skills.seed_skill_folders`;
+    ``packs``: the benchmark's ``skill_packs``, whose names expand to their skills), harness/harness.py."""
+    from evolver.skills import seed_skill_folders
 
     entry = plugins.get("harness", harness)
+    folders = seed_skill_folders(list(skills), packs)  # an unknown name fails here, before anything is made
     tmp = Path(tempfile.mkdtemp(prefix="evolver-seed-"))
     if system_prompt:
         (tmp / "prompt.md").write_text(system_prompt.strip() + "\n")
@@ -50,20 +52,21 @@ def seed_files(harness: str = "default", skills: list[str] = (), system_prompt: 
         shutil.copy(SEED_DIR / "prompt.md", tmp / "prompt.md")
     (tmp / "skills").mkdir()
     (tmp / "skills" / ".keep").write_text("")
-    for name in skills:
-        folder = shipped_skill(name)
-        shutil.copytree(folder, tmp / "skills" / folder.name)
+    for folder in folders:
+        shutil.copytree(folder, tmp / "skills" / folder.name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     (tmp / "harness").mkdir()
     shutil.copy(entry.factory, tmp / "harness" / "harness.py")
     return tmp
 
 
 def ensure_seed(run: Run) -> Program:
-    """The workspace's seed program (id ``seed``): the configured harness, prompt and seed skills, committed
-    on the first call and recorded under ``run``; later calls check it out."""
+    """The workspace's seed program (id ``seed``): the configured harness, prompt and seed skills (the
+    config's ``seed_skills``, else the benchmark's; names of the benchmark's ``skill_packs`` expand to their
+    skills), committed on the first call and recorded under ``run``; later calls check it out."""
     skills = run.config.seed_skills
     files = seed_files(run.config.harness, getattr(run.benchmark, "seed_skills", []) if skills is None else skills,
-                       (getattr(run.benchmark, "harness_hints", None) or {}).get("system_prompt"))
+                       (getattr(run.benchmark, "harness_hints", None) or {}).get("system_prompt"),
+                       getattr(run.benchmark, "skill_packs", None))
     try:
         program = run.repo.init(files, {"id": SEED_ID, "operator": "seed", "parent": "",
                                         "model": run.config.role("executor").model or "embedded"})
@@ -188,7 +191,7 @@ def run_loop(run: Run) -> dict:
     idle = _iterations_without_admission(run)
     durations: list[float] = []
     for it in range(start, cfg.iterations):
-        stop = _budget_exhausted(run, idle, sum(durations) / len(durations) if durations else 0.0)
+        stop = _budget_exhausted(run, idle, sum(durations) / len(durations) if durations else 0.0, first=it == 0)
         if stop:
             run.log(f"stopping: {stop}")
             break
@@ -209,11 +212,14 @@ def _iterations_without_admission(run: Run) -> int:
     return idle
 
 
-def _budget_exhausted(run: Run, idle: int, typical_iteration_s: float) -> str:
+def _budget_exhausted(run: Run, idle: int, typical_iteration_s: float, first: bool = False) -> str:
+    """Why no further iteration starts, or "". The wall-time budget never stops the first iteration: on
+    a machine slow or busy enough that the seed's evaluation alone outlasts it, a run that stopped
+    there would report the seed against itself and have tried nothing."""
     cfg = run.config.loop
     if idle >= cfg.patience:
         return f"{idle} iterations without an admission (patience {cfg.patience})"
-    if run.elapsed() + typical_iteration_s >= cfg.max_wall_s:
+    if not first and run.elapsed() + typical_iteration_s >= cfg.max_wall_s:
         return (f"wall-time budget of {cfg.max_wall_s:.0f}s: {run.elapsed():.0f}s spent, an iteration takes "
                 f"~{typical_iteration_s:.0f}s")
     if run.proposer_tokens() >= cfg.max_proposer_tokens:

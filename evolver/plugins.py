@@ -37,7 +37,8 @@ GROUP = "evolver"
 #: Nothing in the core imports these plugins or depends on what they do.
 FIRST_PARTY = {("benchmark", "twx"): "twx", ("backend", "transformers"): "transformers",
                ("backend", "vllm"): "vllm", ("proposer", "imitation"): "experience",
-               ("proposer", "expert-iteration"): "experience", ("proposer", "evoskill"): "evoskill",
+               ("proposer", "expert-iteration"): "experience", ("proposer", "skill-miner"): "experience",
+               ("proposer", "evoskill"): "evoskill",
                ("report_format", "html"): "ui"}
 KINDS = ("benchmark", "backend", "proposer", "trainer", "harness", "selector", "report_format", "cluster")
 HOOK_OF = {kind: f"register_{kind}es" if kind.endswith("s") else f"register_{kind}s" for kind in KINDS}

@@ -479,6 +479,17 @@ class ProgramRepo:
         out = self._git("log", "--exclude=refs/notes/*", "--all", "--format=", "--name-only", "--", "skills/")
         return sorted({p.split("/")[1] for p in out.splitlines() if p.count("/") >= 2})
 
+    def hand_written_skills(self, ref: str) -> list[str]:
+        """The skills of the program at ``ref`` whose front matter says ``metadata.hand_written: true``
+        (a benchmark's hand-written pack, not learned); reports label such programs."""
+        from evolver.skills import hand_written
+
+        sha = self.resolve(ref)
+        paths = [p for p in self._git("ls-tree", "-r", "--name-only", "--full-tree", sha, "--", "skills/").splitlines()
+                 if p.count("/") == 2 and p.endswith("/SKILL.md")]
+        return [p.split("/")[1] for p, text in zip(paths, self._read_blobs([f"{sha}:{p}" for p in paths]))
+                if hand_written(text)]
+
     def diff(self, a: str, b: str) -> str:
         """Unified diff of every program file (skills, prompt, harness, manifest) from ``a`` to ``b``."""
         return self._git("diff", "--no-color", "--no-ext-diff", self.resolve(a), self.resolve(b))

@@ -41,6 +41,37 @@ def paired_lines(summary: dict) -> list[str]:
     return out
 
 
+HAND_WRITTEN = " (hand-written pack)"
+
+
+def hand_written_programs(repo, program_ids) -> dict[str, list[str]]:
+    """program id -> its skills marked ``metadata.hand_written`` (written by hand for the benchmark, not
+    learned), for the programs that carry any. A program the repository cannot read is left out."""
+    out = {}
+    for pid in dict.fromkeys(program_ids):
+        try:
+            names = repo.hand_written_skills(pid)
+        except Exception:  # a label must never cost the report
+            continue
+        if names:
+            out[pid] = names
+    return out
+
+
+def label(summary: dict, pid: str) -> str:
+    """`` (hand-written pack)`` when the summary's ``hand_written`` names ``pid``, else ''."""
+    return HAND_WRITTEN if pid in (summary.get("hand_written") or {}) else ""
+
+
+def hand_written_note(summary: dict) -> list[str]:
+    hw = summary.get("hand_written") or {}
+    if not hw:
+        return []
+    names = sorted({n for skills in hw.values() for n in skills})
+    return ["", f"Programs marked{HAND_WRITTEN} carry skills written by hand for this benchmark, not learned: "
+                f"{', '.join(names)}."]
+
+
 def _row(name: str, m: dict) -> str:
     return f"| {name} | {m['score']:.3f} | {m['success']:.3f} | {m['context_tokens']:.0f} | {m['cost']:.0f} |"
 
@@ -58,9 +89,11 @@ def render(run, summary: dict) -> str:
              "|---|---|---|---|---|"]
     for pid, m in test.items():
         tag = " (baseline)" if pid == base else (" (best on dev)" if pid == best else "")
-        lines.append(_row(f"{pid}{tag}", m))
+        lines.append(_row(f"{pid}{tag}{label(summary, pid)}", m))
     if bon:
-        lines.append(_row(f"{bon['program']}, best of {bon['n']} (no evolution)", bon["test"]))
+        lines.append(_row(f"{bon['program']}{label(summary, bon['program'])}, best of {bon['n']} (no evolution)",
+                          bon["test"]))
+    lines += hand_written_note(summary)
     lines += [""] + paired_lines(summary) if summary.get("paired") else []
     g = normalised_gain(t["score"], b["score"]) if b and t else None
     if summary.get("paired"):
@@ -89,7 +122,7 @@ def render(run, summary: dict) -> str:
               "| program | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
     for m in summary["frontier"]["members"]:
         vals = [f"{m['metrics'][c]:.3f}" if c in m["metrics"] else "" for c in columns]
-        lines.append(f"| {m['program_id']} | " + " | ".join(vals) + " |")
+        lines.append(f"| {m['program_id']}{label(summary, m['program_id'])} | " + " | ".join(vals) + " |")
     rows = run.store.proposals(run.id)
     lines += ["", "## Candidates", "", f"{len(rows)} proposed, "
               f"{sum(r['status'] in ('admitted', 'discarded') for r in rows)} valid (evaluated), "
@@ -152,7 +185,8 @@ class ReportContext:
     :ivar run_id: the run the report is about.
     :ivar summary: the run's summary (``store/reports/RUN.json``): ``test`` (per program: score, success,
         context_tokens, cost, per_category), ``baseline``, ``best``, ``best_of_n``, ``paired``, ``frontier``
-        (objectives and members with their dev metrics), ``tokens``, ``iterations``, ``wall_s``.
+        (objectives and members with their dev metrics), ``tokens``, ``iterations``, ``wall_s``, ``hand_written``
+        (program id -> its hand-written skills, for the programs that carry any: label them, see :func:`label`).
     :ivar store: the run's :class:`evolver.Store`, to read (it may be open read-only): ``programs``,
         ``proposals``, ``evaluations``, ``frontier_events`` of ``run_id``, and ``train_steps`` through
         ``Store.query`` (training runs inside the loop are ``RUN-<operator>-it<N>``).
@@ -204,6 +238,8 @@ def rewrite(config, md: Path) -> dict[str, Path]:
         raise EvolverError(f"{md.with_suffix('.json')} is missing: the other formats are drawn from the run's summary")
     summary = json.loads(md.with_suffix(".json").read_text())
     store, repo = open_workspace(config, read_only=True)
+    if "hand_written" not in summary:  # a summary from before the label
+        summary["hand_written"] = hand_written_programs(repo, list(summary.get("test") or {}))
     try:
         return write_formats(ReportContext(md.stem, summary, store, repo, md.parent))
     finally:

@@ -93,6 +93,8 @@ class Run:
     def benchmark(self):
         if self._benchmark is None:
             self._benchmark = plugins.make("benchmark", self.config.benchmark, **self.config.benchmark_options)
+            if not self.config.demonstrations:  # rewards alone: this run sees no demonstration
+                self._benchmark.demonstration = lambda task: None
         return self._benchmark
 
     @property

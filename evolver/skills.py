@@ -330,14 +330,73 @@ def shipped_skills_dir() -> Path:
 SHIPPED_SKILLS = shipped_skills_dir()
 
 
-def shipped_skill(name_or_path: str) -> Path:
-    """A skill folder: a path to one, or the name of a skill in :func:`shipped_skills_dir`."""
+def pack_folders(packs: dict | None) -> dict[str, list[Path]]:
+    """A benchmark's ``skill_packs`` (pack name -> a folder whose subfolders holding a SKILL.md are the pack's
+    skills, or a list of skill folders) as pack name -> skill folders, sorted by name."""
+    out: dict[str, list[Path]] = {}
+    for name, where in (packs or {}).items():
+        if isinstance(where, (str, Path)):
+            folder = Path(where)
+            out[name] = sorted(p for p in folder.iterdir() if (p / SKILL_FILE).is_file()) if folder.is_dir() else []
+        else:
+            out[name] = [Path(p) for p in where]
+    return out
+
+
+def _known(packs: dict | None) -> str:
+    shipped = sorted(p.name for p in SHIPPED_SKILLS.iterdir() if (p / SKILL_FILE).is_file()) \
+        if SHIPPED_SKILLS.is_dir() else []
+    text = f"shipped: {', '.join(shipped) or 'none'}"
+    for name, folders in pack_folders(packs).items():
+        text += f"; pack {name}: {', '.join(f.name for f in folders) or 'empty'}"
+    return text + ("" if packs else "; this benchmark has no skill packs")
+
+
+def shipped_skill(name_or_path: str, packs: dict | None = None) -> Path:
+    """A skill folder: a path to one, the name of a skill in :func:`shipped_skills_dir`, or the name of one
+    skill of a pack in ``packs`` (a benchmark's ``skill_packs``)."""
     folder = Path(name_or_path).expanduser()
-    if not (folder / "SKILL.md").is_file():
+    if not (folder / SKILL_FILE).is_file():
         folder = SHIPPED_SKILLS / name_or_path
-    if not (folder / "SKILL.md").is_file():
-        known = sorted(p.name for p in SHIPPED_SKILLS.iterdir() if (p / "SKILL.md").is_file()) \
-            if SHIPPED_SKILLS.is_dir() else []
-        raise SkillError(folder, f"seed skill {name_or_path!r}: no SKILL.md there, and no shipped skill of that "
-                                 f"name (shipped: {', '.join(known) or 'none'})")
+    if not (folder / SKILL_FILE).is_file():
+        members = [f for fs in pack_folders(packs).values() for f in fs if f.name == name_or_path]
+        folder = members[0] if members else folder
+    if not (folder / SKILL_FILE).is_file():
+        raise SkillError(folder, f"seed skill {name_or_path!r}: no SKILL.md there, and no shipped skill, skill pack "
+                                 f"or skill of a pack of that name ({_known(packs)})")
     return folder
+
+
+def seed_skill_folders(names: list[str], packs: dict | None = None) -> list[Path]:
+    """The folders ``seed_skills`` names: a pack's name (a benchmark's ``skill_packs``) stands for all its
+    skills, any other name is resolved by :func:`shipped_skill`. A skill named twice is kept once; two
+    different folders of one name are an error."""
+    folders = pack_folders(packs)
+    out: dict[str, Path] = {}
+    for name in names:
+        path = Path(name).expanduser()
+        found = [path] if (path / SKILL_FILE).is_file() else folders.get(name) or [shipped_skill(name, packs)]
+        for folder in found:
+            if folder.name in out and out[folder.name].resolve() != folder.resolve():
+                raise SkillError(folder, f"seed skills: two skills named {folder.name!r} ({out[folder.name]} and "
+                                         f"{folder}); name one of them")
+            out.setdefault(folder.name, folder)
+    return list(out.values())
+
+
+def hand_written(skill_text: str | None) -> bool:
+    """Whether a SKILL.md's front matter says ``metadata.hand_written: true``: written by a person for one
+    benchmark (a skill pack such as twx's), not learned. Reports label programs that carry one."""
+    return bool(skill_meta(skill_text).get("hand_written"))
+
+
+def skill_meta(skill_text: str | None) -> dict:
+    """The ``metadata`` table of a SKILL.md's front matter; {} when there is none or it does not parse."""
+    if not skill_text or not skill_text.startswith("---"):
+        return {}
+    try:
+        data = yaml.safe_load(skill_text[3:].split("\n---", 1)[0])
+    except yaml.YAMLError:
+        return {}
+    meta = data.get("metadata") if isinstance(data, dict) else None
+    return meta if isinstance(meta, dict) else {}

@@ -58,14 +58,13 @@ def test_without_plugins_the_default_run_names_the_plugins_to_install(tmp_path, 
     assert msg.startswith("unknown benchmark 'twx'; known benchmarks: basic. benchmark 'twx' comes with the "
                           "evolver-twx plugin, which is not installed: pip install -e plugins/twx "), msg
     assert "pip install -r plugins/requirements.txt" in msg
-    assert ("Also unknown: backend 'transformers' (evolver-transformers), proposer 'imitation' (evolver-experience), "
-            "proposer 'expert-iteration' (evolver-experience), proposer 'evoskill' (evolver-evoskill)") in msg
+    assert "Also unknown: backend 'transformers' (evolver-transformers), proposer 'skill-miner' (evolver-experience)" in msg
     with pytest.raises(UnknownNameError, match="backend 'transformers' comes with the evolver-transformers plugin, "
                                                "which is not installed: pip install -e plugins/transformers"):
         plugins.make("backend", "transformers")
     result = CliRunner().invoke(cli, ["--store", str(tmp_path / "store"), "run"])  # stops before playing
     assert result.exit_code == 2 and "error: unknown benchmark 'twx'" in result.output, result.output
-    assert "pip install -e plugins/twx" in result.output and "proposer 'evoskill' (evolver-evoskill)" in result.output
+    assert "pip install -e plugins/twx" in result.output and "proposer 'skill-miner' (evolver-experience)" in result.output
 
 
 def test_an_installed_plugin_left_out_by_evolver_plugins_is_named_so(monkeypatch):

@@ -57,6 +57,37 @@ def test_a_skill_that_helps_is_admitted_tagged_and_logged(tmp_path):
         store.close()
 
 
+def test_a_benchmarks_skill_pack_is_opt_in_and_the_report_labels_programs_that_carry_it(tmp_path, monkeypatch):
+    import toybench
+
+    from evolver.skills import write_skill
+    pack = tmp_path / "pack"
+    write_skill(pack, "count-letters", "Use when a word must be spelled.", "Count the letters first.",
+                meta={"metadata": {"hand_written": True}})
+    plugins.load_local(TOY)
+    monkeypatch.setattr(plugins.get("benchmark", "upper").factory, "skill_packs", {"toy-experts": pack})
+    run, store, repo, summary = run_once(tmp_path / "plain", toybench.make_rule(), iterations=1)
+    try:  # the default seed: the benchmark's seed_skills (none), no pack
+        assert summary["hand_written"] == {} and "hand-written" not in Path(summary["report"]).read_text()
+    finally:
+        store.close()
+    cfg = make_config(tmp_path / "pack-run", toybench.make_rule(), iterations=1).model_copy(
+        update={"seed_skills": ["toy-experts"]})
+    store, repo = Store(Path(cfg.store) / "evolver.duckdb"), ProgramRepo(Path(cfg.store))
+    run = Run(cfg, store, repo)
+    try:
+        summary = run_loop(run)
+        assert "skills/count-letters/SKILL.md" in repo.files("seed")
+        assert summary["hand_written"]["seed"] == ["count-letters"]
+        assert set(summary["hand_written"]) == set(summary["test"])  # the evolved best inherits it
+        report = Path(summary["report"]).read_text()
+        assert "| seed (baseline) (hand-written pack) |" in report
+        assert "carry skills written by hand for this benchmark, not learned: count-letters." in report
+    finally:
+        run.close()
+        store.close()
+
+
 def test_malformed_and_leaking_skills_are_rejected_with_reasons(tmp_path):
     import toybench
     leaky = toybench.make_rule(body="Answer APPLE for apple and RIVER for river.\n2. Say upper/train/0 first.")
@@ -225,6 +256,11 @@ def test_budgets_stop_the_search(tmp_path):
     assert _budget_exhausted(run, idle=0, typical_iteration_s=10) == ""
     assert "patience 2" in _budget_exhausted(run, idle=2, typical_iteration_s=10)
     assert "wall-time budget" in _budget_exhausted(run, idle=0, typical_iteration_s=150)  # would end past it
+    # The first iteration always runs, even when the seed's evaluation alone spent the budget.
+    run.started -= 500
+    assert _budget_exhausted(run, idle=0, typical_iteration_s=0, first=True) == ""
+    assert "wall-time budget" in _budget_exhausted(run, idle=0, typical_iteration_s=0)
+    run.started += 500
     run.tokens.update(proposer=30, builder=25, executor=10_000)  # executor tokens do not count
     assert "proposer token budget" in _budget_exhausted(run, idle=0, typical_iteration_s=10)
 

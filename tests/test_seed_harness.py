@@ -102,16 +102,19 @@ def test_the_state_is_the_room_and_inventory_where_reported_else_the_observation
 
 
 def test_skills_with_an_observe_script_annotate_what_they_compute(tmp_path):
-    from evolver.skills import shipped_skill
+    from pathlib import Path
 
+    # two skills of twx's hand-written pack (opt-in: seed_skills=twx-experts)
+    pack = Path(__file__).resolve().parents[1] / "plugins" / "twx" / "evolver_twx" / "packs" / "twx-experts"
     root = tmp_path / "seed"
     shutil.copytree(SEED_DIR, root)
     for name in ("arithmetic-word-problems", "quantity-order"):
-        shutil.copytree(shipped_skill(name), root / "skills" / name)
+        shutil.copytree(pack / name, root / "skills" / name)
     harness = make_harness(program_context(Program("seed", "c0ffee", str(root), "hseed")))
     room = "You see a counter that has 33 papayas, 2 bananas, and 20 peaches on it. There is also a math problem."
     task = Task("t", "b", "train", "arithmetic", prompt="Your first task is to solve the math problem.\n\n" + room)
     state = harness.start(task, Observation(room))
+    harness.next_call(state, Observation(room, actions=["take math problem"]))
     assert state["observed"] == {}  # no problem stated yet, nothing to sort: no note
     harness.observe(state, Action(env_action="read math problem"),
                     "Your task is to solve the following math problem: divide 22 by 11 .  Then, pick up the item.")
@@ -124,10 +127,12 @@ def test_skills_with_an_observe_script_annotate_what_they_compute(tmp_path):
     task = Task("s", "b", "train", "sorting", prompt="Your task is to sort objects by quantity.\n\n"
                 "A counter that has 21kg of marble, and 15kg of cedar on it. A chair that has 47g of brick on it.")
     state = harness.start(task, Observation("x"))
+    harness.next_call(state, Observation("x", actions=["take 47g of brick"]))  # observers run before a call
     assert state["observed"] == {"quantity-order": "[quantity-order] Next: take 47g of brick. From smallest to "
                                                    "largest: 47g of brick, 15kg of cedar, 21kg of marble."}
     for action, text in [("take 47g of brick", "You take the 47g of brick."),
                          ("put 47g of brick in box", "You put the 47g of brick in the box.")]:
         harness.observe(state, Action(env_action=action), text)
+    harness.next_call(state, Observation("x", actions=["take 15kg of cedar"]))
     assert state["observed"]["quantity-order"].startswith("[quantity-order] Next: take 15kg of cedar.")
     assert state["observed"]["quantity-order"].endswith("In the box: 47g of brick.")

@@ -198,3 +198,65 @@ def test_a_symlink_out_of_a_skill_is_rejected_and_one_inside_is_fine(tmp_path):
     (folder / "references" / "shadow").symlink_to(secret)
     (err,) = check_skills(tmp_path / "skills")
     assert "a symlink out of the skill" in str(err) and "references/shadow" in str(err)
+
+
+def _pack(root: Path) -> Path:
+    """A benchmark's skill pack: two hand-written skills in one folder."""
+    for name in ("alpha-rule", "beta-rule"):
+        write_skill(root, name, f"Use when {name} applies.", "Do the thing.", meta={"metadata": {"hand_written": True}})
+    return root
+
+
+def test_seed_skills_name_a_pack_its_skills_alone_or_paths_and_unknown_names_list_what_is_known(tmp_path):
+    from evolver.skills import hand_written, seed_skill_folders, shipped_skill
+
+    pack = _pack(tmp_path / "pack")
+    packs = {"toy-pack": pack, "listed": [pack / "beta-rule"]}
+    assert [f.name for f in seed_skill_folders(["toy-pack"], packs)] == ["alpha-rule", "beta-rule"]
+    assert seed_skill_folders(["beta-rule"], packs) == [pack / "beta-rule"]  # one skill of a pack, by name
+    assert seed_skill_folders(["listed", "toy-pack", "writing-skills"], packs) == \
+        [pack / "beta-rule", pack / "alpha-rule", shipped_skill("writing-skills")]  # named twice: kept once
+    assert seed_skill_folders([str(pack / "alpha-rule")]) == [pack / "alpha-rule"]
+    assert all(hand_written((f / "SKILL.md").read_text()) for f in seed_skill_folders(["toy-pack"], packs))
+    assert not hand_written((shipped_skill("writing-skills") / "SKILL.md").read_text())
+    with pytest.raises(SkillError) as err:
+        seed_skill_folders(["toy-pak"], packs)
+    assert "seed skill 'toy-pak'" in str(err.value) and "pack toy-pack: alpha-rule, beta-rule" in str(err.value)
+    assert "shipped: writing-skills" in str(err.value)
+    with pytest.raises(SkillError, match="no skill packs"):
+        seed_skill_folders(["toy-pack"])
+    write_skill(tmp_path / "other", "alpha-rule", "Use when alpha.", "Other.")
+    with pytest.raises(SkillError, match="two skills named 'alpha-rule'"):
+        seed_skill_folders(["toy-pack", str(tmp_path / "other" / "alpha-rule")], packs)
+
+
+def test_seed_skills_as_a_plain_string_is_a_comma_separated_list():
+    from evolver.config import Config, load_config
+
+    assert Config(seed_skills="toy-pack").seed_skills == ["toy-pack"]
+    assert Config(seed_skills="a, b").seed_skills == ["a", "b"] and Config().seed_skills is None
+    assert load_config(None, ["seed_skills=toy-pack"]).seed_skills == ["toy-pack"]
+    assert load_config(None, ['seed_skills=["toy-pack"]']).seed_skills == ["toy-pack"]
+    assert load_config(None, ["seed_skills=[]"]).seed_skills == []
+
+
+def test_the_pack_condition_plays_a_program_with_the_benchmarks_hand_written_skills_instead_of_its_own(tmp_path):
+    import shutil as _shutil
+
+    from evolver import Program, SEED_DIR, variant, write_skill
+
+    root = tmp_path / "prog"
+    _shutil.copytree(SEED_DIR, root)
+    write_skill(root / "skills", "learned", "Use when learning.", "Take the first step, then the second one.")
+    pack = tmp_path / "pack"
+    write_skill(pack, "solver", "Use when solving by hand.", "Compute the answer, then type it exactly.",
+                meta={"metadata": {"hand_written": True}})
+    program = Program("p", "c", str(root), "h")
+    prog, tmp = variant(program, "pack", [], packs={"experts": pack})
+    try:
+        names = sorted(p.name for p in (Path(prog.root) / "skills").iterdir() if p.is_dir())
+        assert names == ["solver"] and prog.hash != program.hash
+    finally:
+        _shutil.rmtree(tmp)
+    with pytest.raises(ValueError, match="no hand-written skill pack"):
+        variant(program, "pack", [], packs={})

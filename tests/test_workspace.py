@@ -119,3 +119,13 @@ def test_programs_commands_and_the_old_skills_names(two_programs, tmp_path, monk
         assert old.stderr.strip() == f"`evolver skills {sub}` is now `evolver programs {sub}`; use that (this alias will go)"
     help_text = invoke(["skills", "--help"]).output
     assert "history" in help_text and " log " not in help_text  # the aliases are hidden
+
+
+def test_a_run_without_demonstrations_sees_none_of_the_benchmarks(tmp_path):
+    from evolver import Task
+
+    task = Task(id="t", benchmark="upper", split="train", category="c", gold=["say hi", "say bye"])
+    with open_run(toy_config(tmp_path), "with-demos", record=False) as run:
+        assert run.benchmark.demonstration(task) == ["say hi", "say bye"]
+    with open_run(toy_config(tmp_path, demonstrations=False), "rewards-only", record=False) as run:
+        assert run.benchmark.demonstration(task) is None

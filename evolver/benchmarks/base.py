@@ -91,8 +91,15 @@ class Benchmark(abc.ABC):
     #: Step limit per episode (the harness may stop earlier).
     max_steps: int = 1
     #: Skills a new program starts with unless the config names its own (``seed_skills``): names of
-    #: the skills that ship in evolver's ``skills/`` or paths to skill folders.
+    #: the skills that ship in evolver's ``skills/`` or paths to skill folders. Keep it free of this
+    #: benchmark's answers (no solvers, no data mined from gold): the seed is what evolution starts from.
     seed_skills: list[str] = []
+    #: Opt-in skill packs: pack name -> a folder whose subfolders (each with a SKILL.md) are the pack's
+    #: skills, or a list of skill folders. ``seed_skills`` may name a pack (all its skills) or one skill of
+    #: a pack by its folder name. Skills written by hand for this benchmark belong here, not in
+    #: ``seed_skills``, with ``metadata.hand_written: true`` in their front matter: reports label programs
+    #: that carry one (twx's ``twx-experts``: ``--set seed_skills=twx-experts``).
+    skill_packs: dict = {}
     #: How the harness should present every task (``Task.hints`` overrides per task): ``preset``,
     #: ``system_prompt``, ``observation_tokens``, ``reply_tokens`` (see the module docstring).
     harness_hints: dict = {}

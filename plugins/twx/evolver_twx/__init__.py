@@ -1,9 +1,10 @@
 """TextWorldExpress for evolver: the ``twx`` benchmark, the default (suites twx-easy and twx-hard).
 
-Text games played through a few shared JVMs (:mod:`evolver_twx.benchmark`). Its seed skills,
-``arithmetic-word-problems``, ``quantity-order``, ``usual-place`` and ``recipe-steps``, ship with
-evolver and are found by name (``evolver.shipped_skill``); :mod:`evolver_twx.places` rebuilds
-``usual-place``'s table from the train fold.
+Text games played through a few shared JVMs (:mod:`evolver_twx.benchmark`). Its seed program carries no
+twx knowledge. The opt-in pack ``twx-experts`` (``packs/twx-experts``: ``arithmetic-word-problems``,
+``quantity-order``, ``usual-place``, ``recipe-steps``) holds solvers written by hand for twx, marked
+``metadata.hand_written``; ``--set seed_skills=twx-experts`` seeds with all four, a skill's own name with
+one. :mod:`evolver_twx.places` rebuilds ``usual-place``'s table from the train fold.
 """
 from __future__ import annotations
 

@@ -42,6 +42,7 @@ import os
 import shutil
 import threading
 import weakref
+from pathlib import Path
 
 from evolver import SPLITS, Benchmark, BenchmarkError, Env, Observation, Task, UnknownNameError
 
@@ -50,6 +51,8 @@ JAVA_MISSING = ("Java 17 not found: install a JRE (apt-get install openjdk-17-jr
 DEFAULT_PER_CATEGORY = 50
 FOLD_BASE = {"train": 0, "dev": 10000, "test": 20000}  # twx 1.1.0's seed folds, 1000 seeds each
 FOLD_SIZE = 1000
+#: Opt-in skill packs (``TwxBenchmark.skill_packs``): ``packs/twx-experts``, twx's hand-written solvers.
+PACKS = Path(__file__).resolve().parent / "packs"
 
 _CW = "numLocations={},numIngredients={},numDistractorItems={},includeDoors={},limitInventorySize=0"
 _TWC = "numLocations={},numItemsToPutAway={},includeDoors={},limitInventorySize=0"
@@ -350,10 +353,14 @@ class TwxEnv(Env):
 
 class TwxBenchmark(Benchmark):
     name = "twx"
-    #: arithmetic and sorting need exact computation (22 / 11; 47g < 15kg), twc common knowledge of
-    #: where things go, cookingworld exact commands in order: a small model has none of these. The
-    #: skills' scripts supply them and the seed harness shows their answer as a note.
-    seed_skills = ["arithmetic-word-problems", "quantity-order", "usual-place", "recipe-steps"]
+    #: The seed carries no knowledge of twx: what it needs is for evolution to find.
+    seed_skills: list[str] = []
+    #: ``twx-experts``, opt in with ``--set seed_skills=twx-experts``: solvers written by hand for twx
+    #: (``metadata.hand_written``), a comparison, not the product. Arithmetic and sorting need exact
+    #: computation (22 / 11; 47g < 15kg), twc common knowledge of where things go (``usual-place``'s data
+    #: is mined from the train fold's gold paths), cookingworld exact commands in order; their scripts
+    #: supply them and the seed harness shows their answer as a note.
+    skill_packs = {"twx-experts": PACKS / "twx-experts"}
 
     def __init__(self, suite: str = "twx-easy", games: list[str] | str | None = None,
                  max_steps: int | None = None, jvm_pool: int = 2):

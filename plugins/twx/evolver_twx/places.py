@@ -6,7 +6,10 @@ clean red shirt" goes where "a clean brown shirt" went). This walks the gold pat
 each (object, place) a gold path put down and every piece of furniture the rooms described, and writes
 them with the objects' embeddings (all-MiniLM-L6-v2, the model the skill embeds new objects with)::
 
-    python -m evolver_twx.places skills/usual-place [--per-suite 1000]
+    python -m evolver_twx.places [SKILL_FOLDER] [--per-suite 1000]
+
+(default folder: the ``twx-experts`` pack's ``usual-place``, a hand-written skill). Mined from twx's gold
+paths, so this data is benchmark knowledge: the pack is opt-in (``seed_skills=twx-experts``).
 
 Only the train fold is read; dev and test seeds never are."""
 from __future__ import annotations
@@ -48,7 +51,8 @@ def mine(per_suite: int) -> tuple[list[tuple[str, str]], set[str]]:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("skill", type=Path, help="the usual-place skill's folder")
+    parser.add_argument("skill", type=Path, nargs="?", default=Path(__file__).parent / "packs" / "twx-experts"
+                        / "usual-place", help="the usual-place skill's folder (default: the twx-experts pack's)")
     parser.add_argument("--per-suite", type=int, default=1000, help="train seeds per suite (at most 1000)")
     args = parser.parse_args(argv)
     pairs, furniture = mine(args.per_suite)

@@ -1,4 +1,5 @@
-"""The recipe-steps observer skill (skills/recipe-steps): its script's next move wins cookingworld."""
+"""The recipe-steps observer skill (hand-written, in the opt-in twx-experts pack): its script's next move
+wins cookingworld."""
 from __future__ import annotations
 
 import re
@@ -12,7 +13,7 @@ import pytest
 from evolver_twx import benchmark as twx_mod
 
 needs_java = pytest.mark.skipif(shutil.which("java") is None, reason="Java not installed")
-SKILL = Path(__file__).resolve().parents[3] / "skills" / "recipe-steps"
+SKILL = Path(__file__).resolve().parents[1] / "evolver_twx" / "packs" / "twx-experts" / "recipe-steps"
 SCRIPT = SKILL / "scripts" / "steps.py"
 
 TASK = ("You are hungry! Let's cook a delicious meal. Check the cookbook in the kitchen for the recipe. "

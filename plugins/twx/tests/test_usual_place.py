@@ -1,5 +1,5 @@
-"""The usual-place observer skill (skills/usual-place): its ranking, its bookkeeping of the game's
-replies, and that following its next move wins twc."""
+"""The usual-place observer skill (hand-written, in the opt-in twx-experts pack): its ranking, its
+bookkeeping of the game's replies, and that following its next move wins twc."""
 from __future__ import annotations
 
 import re
@@ -13,7 +13,7 @@ import pytest
 from evolver.sandbox import run_script
 
 needs_java = pytest.mark.skipif(shutil.which("java") is None, reason="Java not installed")
-SKILL = Path(__file__).resolve().parents[3] / "skills" / "usual-place"
+SKILL = Path(__file__).resolve().parents[1] / "evolver_twx" / "packs" / "twx-experts" / "usual-place"
 SCRIPT = SKILL / "scripts" / "place.py"
 
 TASK = "Your task is to pick up objects, then place them in their usual locations in the environment."

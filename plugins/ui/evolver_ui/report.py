@@ -83,12 +83,19 @@ def category_series(s: dict) -> dict[str, dict[str, float]]:
     return {k: v for k, v in out.items() if v}
 
 
+def hand_written(s: dict, pid: str) -> str:
+    """The label of a program that carries skills written by hand for the benchmark (the summary's
+    ``hand_written``), not learned."""
+    return " (hand-written pack)" if pid in (s.get("hand_written") or {}) else ""
+
+
 def test_rows(s: dict) -> list[dict]:
     rows = [{"program": pid + (" (baseline)" if pid == s.get("baseline") else " (best on dev)" if pid == s.get("best")
-                               else ""), **m} for pid, m in (s.get("test") or {}).items()]
+                               else "") + hand_written(s, pid), **m} for pid, m in (s.get("test") or {}).items()]
     bon = s.get("best_of_n")
     if bon and bon.get("test"):
-        rows.append({"program": f"{bon['program']}, best of {bon['n']} (no evolution)", **bon["test"]})
+        rows.append({"program": f"{bon['program']}{hand_written(s, bon['program'])}, best of {bon['n']} "
+                                "(no evolution)", **bon["test"]})
     return rows
 
 

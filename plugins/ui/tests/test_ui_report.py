@@ -106,6 +106,16 @@ def test_the_frontier_plot_takes_the_first_two_objectives_or_adds_context_tokens
     assert frontier_axes(["context_tokens:min"]) == ("context_tokens:min", "score:max")
 
 
+def test_programs_that_carry_a_hand_written_skill_are_labelled():
+    from evolver_ui.report import test_rows
+
+    m = {"score": 1.0, "success": 1.0, "context_tokens": 10, "cost": 20}
+    s = {"test": {"seed": m, "p0001": m}, "baseline": "seed", "best": "p0001", "hand_written": {"seed": ["x-rule"]},
+         "best_of_n": {"program": "seed", "n": 2, "test": m}}
+    assert [r["program"] for r in test_rows(s)] == ["seed (baseline) (hand-written pack)", "p0001 (best on dev)",
+                                                    "seed (hand-written pack), best of 2 (no evolution)"]
+
+
 def test_the_lineage_layout_puts_children_one_column_right_and_survives_orphans():
     from evolver_ui.lineage import layout
 

@@ -1,0 +1,151 @@
+"""``skill-miner``: a skill of data mined from the store, and a policy taught to follow its notes.
+
+Each round it reads every training episode of the run in the store (the policy's rollouts, expert
+iteration's samples, imitation's replayed demonstrations) plus, where the benchmark offers them,
+demonstrations of ``demos_per_category`` more training tasks per category played in their
+environments, turns their steps into cases (:mod:`evolver_experience.mining`), merges them with the
+cases the parent's copy of the skill held, and writes the skill into the candidate. The skill grows
+down a lineage, one commit per version (``evolver skills history mined-moves``).
+
+A 135M model has never seen such notes, so the candidate also carries a checkpoint (``train``): the
+parent's policy fine-tuned on demonstrations of training tasks replayed through the candidate's own
+harness, notes included, so it learns when following them pays; where the benchmark offers no
+demonstrations (or the run uses none: ``demonstrations = false``), on its own best sampled rollouts
+played with the notes (expert iteration), so rewards alone still teach it. The loop gates the candidate
+like any other.
+"""
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field
+
+from evolver import Program, content_hash, replay_gold
+from evolver_experience import mining
+from evolver_experience.expert import ExpertIterationProposer
+from evolver_experience.imitation import SFT_DEFAULTS, ImitationOptions, plan_demos, planned_tasks
+from evolver_experience.train import describe, lineage, split_options, train_from
+
+OPERATOR = "mine-skill"
+
+
+class SkillMinerOptions(ImitationOptions):
+    skill: str = "mined-moves"
+    """Name of the mined skill (one per program; a later round replaces it with a grown copy)."""
+    demos_per_category: int = Field(12, ge=0)
+    """Demonstrations of training tasks per category played for mining each round (their environments
+    only: no model, milliseconds a game); 0 mines the store's episodes alone."""
+    train: Literal["auto", "imitation", "expert-iteration", "none"] = "auto"
+    """How the policy learns to follow the new skill's notes: ``imitation`` of demonstrations replayed
+    with them (the imitation options ``per_category``, ``focus`` and the SFT keys apply);
+    ``expert-iteration`` on its own best sampled rollouts with them (the ``expert`` options); ``auto``
+    imitation where the benchmark demonstrates the tasks, else expert iteration (rewards alone);
+    ``none``: the skill alone."""
+    expert: dict[str, Any] = Field(default_factory=dict)
+    """Options of the expert iteration (``[plugins.expert-iteration]``'s keys, SFT keys included)."""
+    max_rounds: int = 3
+    """Mining rounds down one lineage."""
+
+
+class SkillMinerProposer:
+    def __init__(self, run, **options):
+        self.run = run
+        self.cfg, self.sft = split_options(SkillMinerOptions, options, "skill-miner", SFT_DEFAULTS)
+        self.expert = ExpertIterationProposer(run, **self.cfg.expert)  # fails at start-up on a bad option
+
+    def demonstrations(self, rounds: int) -> list:
+        """Demonstrated episodes of this round's mining slice (task ``rounds * n`` onwards per category)."""
+        n = self.cfg.demos_per_category
+        if not n:
+            return []
+        tasks = planned_tasks(self.run, {c: [rounds * n, n] for c in self.run.benchmark.categories})
+        return mining.demonstrated(self.run.benchmark, tasks)
+
+    def propose(self, ctx) -> list:
+        run, cfg, parent = self.run, self.cfg, ctx.parent
+        if ctx.iteration % max(1, cfg.every):
+            return []
+        ancestors = lineage(run, parent.id)
+        rounds = sum(m.get("operator") == OPERATOR for m in ancestors)
+        if rounds >= cfg.max_rounds:
+            run.log(f"skill-miner: {parent.id} has had {rounds} rounds (max_rounds {cfg.max_rounds})")
+            return []
+        run.status = f"iteration {ctx.iteration}: skill-miner reads the store"
+        stored = [e for e in run.store.episodes(run_id=run.id, split="train", with_steps=True) if not e.error]
+        demos = self.demonstrations(rounds)
+        had = mining.read_cases(Path(parent.root) / "skills" / cfg.skill)
+        new = mining.mine(stored + demos, run.benchmark)
+        cases = mining.merge(had, new)
+        if not new and not had:
+            run.log(f"skill-miner: nothing to mine: none of the {len(stored)} training episodes in the store "
+                    "changed its score or was won, and the benchmark offered no demonstrations")
+            return []
+        sources = stored + demos
+        with tempfile.TemporaryDirectory(prefix="evolver-mined-") as tmp:
+            # The candidate's files, built apart first: its notes go into the demonstrations it imitates.
+            root = Path(tmp) / "program"
+            shutil.copytree(parent.root, root, ignore=shutil.ignore_patterns(".git"))
+            info = mining.write_mined_skill(root / "skills", cfg.skill, cases, len(sources),
+                                            sum(e.won for e in sources))
+            hypothesis = (f"mine {cfg.skill} from {len(stored)} stored training episodes and {len(demos)} "
+                          f"demonstrations (round {rounds + 1}): {info['cases']} cases ({len(new)} mined now, "
+                          f"{len(had)} from the parent)")
+            detail = {"round": rounds + 1, "stored": len(stored), "demos": len(demos), **info}
+            manifest = {}
+            trained = self.imitate(ctx, root, ancestors) if cfg.train in ("auto", "imitation") else None
+            if trained:
+                summary, plan = trained
+                hypothesis += f"; imitate demonstrations with its notes: {describe(summary)}"
+                manifest = {"model": summary["checkpoint"], "demos": plan}
+            elif cfg.train in ("auto", "expert-iteration"):
+                trained = self.practise(ctx, root)
+                if trained:
+                    summary, stats = trained
+                    hypothesis += (f"; practise with its notes, best of {stats['samples']} samples on "
+                                   f"{stats['kept']} of {stats['tasks']} tasks: {describe(summary)}")
+                    detail["rollouts"] = stats
+                    manifest = {"model": summary["checkpoint"]}
+            if not manifest and cfg.train != "none":
+                run.log("skill-miner: the policy was not trained this round: the candidate is the skill alone")
+            if manifest:
+                detail |= {k: summary[k] for k in ("train_run", "checkpoint", "losses", "samples", "from")}
+            draft = ctx.new_draft(OPERATOR, hypothesis=hypothesis, detail=detail)
+            target = Path(draft.path) / "skills" / cfg.skill
+            if target.exists():
+                shutil.rmtree(target)
+            shutil.copytree(root / "skills" / cfg.skill, target)
+        draft.manifest.update(manifest)
+        run.log(f"skill-miner: {hypothesis}")
+        return [draft]
+
+    def imitate(self, ctx, root: Path, ancestors: list[dict]):
+        """(training summary, plan) of the parent's policy fine-tuned on demonstrations replayed through
+        the program at ``root`` (the parent's files with the new skill); None when the benchmark
+        demonstrates none of the tasks."""
+        run, parent = self.run, ctx.parent
+        plan = plan_demos(run, self.cfg, parent, ancestors)
+        tasks = planned_tasks(run, plan)
+        program = Program(id=f"{parent.id}+{self.cfg.skill}", commit="", root=str(root),
+                          hash=content_hash(root), manifest=dict(parent.manifest))
+        run.status = f"iteration {ctx.iteration}: skill-miner replays {len(tasks)} demonstrations with its notes"
+        episodes = [e for e in replay_gold(run, program, tasks, store=False) if e.won and not e.error]
+        if not episodes:
+            run.log("skill-miner: the benchmark demonstrates none of these training tasks: nothing to imitate")
+            return None
+        return train_from(run, parent, ctx.iteration, OPERATOR, self.sft, episodes=episodes), plan
+
+    def practise(self, ctx, root: Path):
+        """(training summary, rollout counts) of the parent's policy fine-tuned on its own best sampled
+        rollouts, played with the new skill (expert iteration, rewards alone); None when too few paid."""
+        run, parent = self.run, ctx.parent
+        program = Program(id=f"{parent.id}+{self.cfg.skill}", commit="", root=str(root),
+                          hash=content_hash(root), manifest=dict(parent.manifest))
+        kept, stats = self.expert.rollouts(ctx, program)
+        if len(kept) < self.expert.cfg.min_trajectories:
+            run.log(f"skill-miner: {len(kept)} of {stats['tasks']} practised tasks paid (min_trajectories "
+                    f"{self.expert.cfg.min_trajectories}): nothing to practise on")
+            return None
+        return train_from(run, parent, ctx.iteration, OPERATOR, self.expert.sft, episodes=kept), stats

@@ -1,0 +1,201 @@
+"""Name the next move from mined experience: the steps of earlier episodes whose state is nearest to
+this one, the actions taken there, and whether they raised or lowered the score.
+
+Written by evolver's skill miner (``evolver_experience.mining``) into a skill folder beside
+``cases.json.gz``; it knows nothing of any benchmark. Reads the episode so far on stdin (the task, then
+each action as ``> action`` and what came back) and, with ``--actions JSON``, the valid actions of this
+step. A state is three texts: the task (its first words), the latest observation and the last action;
+each is a bag of words compared by cosine, and their weighted sum finds the nearest cases. Every valid
+action then scores the sum over those cases of (similarity x value x how alike the two actions are),
+where a case's value is +1 when its action raised the score, -1 when it lowered it, and up to +0.5
+when it was a step of an episode that was won (``evolver_experience.mining`` says how much); two actions are alike when their words are the same or copy the
+same part of their own states (:func:`codes`), so what was learnt on one object carries to another. Prints "Next: ACTION." for the best positive action and
+"Avoid: ..." for the negative ones; nothing when no case is near enough. Standard library only, so one
+call costs milliseconds.
+"""
+import gzip
+import json
+import math
+import re
+import sys
+from pathlib import Path
+
+DATA = Path(__file__).resolve().parent.parent / "cases.json.gz"
+WORD = re.compile(r"[a-z0-9]+")
+TASK_WORDS = 60  # the task's first words: the instructions, before any room or inventory it lists
+TEXT_CHARS = 400  # an observation's share of a state
+WEIGHTS = (0.25, 0.45, 0.30)  # task, observation, last action
+MIN_SIMILARITY = 0.5  # a state less alike than this is no evidence
+NEIGHBOURS = 12
+SOURCE_WEIGHT = {"o": 1.0, "p": 1.0, "t": 0.5}  # the task holds more words than it asks for
+MIN_ACTION_MATCH = 0.75  # two actions this alike (word cosine) share their evidence, scaled by the match
+
+
+def bag(text: str) -> dict:
+    out: dict = {}
+    for w in WORD.findall(text.lower()):
+        out[w] = out.get(w, 0) + 1
+    return out
+
+
+def cosine(a: dict, b: dict, na: float, nb: float) -> float:
+    if not na or not nb:
+        return 1.0 if not na and not nb else 0.0  # two empty texts (the first step) are the same state
+    if len(a) > len(b):
+        a, b = b, a
+    return sum(v * b.get(k, 0) for k, v in a.items()) / (na * nb)
+
+
+def norm(b: dict) -> float:
+    return math.sqrt(sum(v * v for v in b.values()))
+
+
+def task_text(text: str) -> str:
+    return " ".join(WORD.findall(text.lower())[:TASK_WORDS])
+
+
+def parse(transcript: str) -> tuple:
+    """(task, last observation, last action) of a transcript; the task is its whole opening text."""
+    parts = transcript.split("\n> ")
+    if len(parts) == 1:
+        return parts[0], "", ""
+    action, _, said = parts[-1].partition("\n")
+    return parts[0], said[:TEXT_CHARS], action.strip()
+
+
+def load(path: Path = DATA) -> dict:
+    with gzip.open(path, "rt") as fh:
+        data = json.load(fh)
+    texts = [bag(t) for t in data["texts"]]
+    data["bags"] = texts
+    data["norms"] = [norm(b) for b in texts]
+    return data
+
+
+def neighbours(data: dict, state: tuple) -> list:
+    """[(similarity, case)] of the nearest cases, best first."""
+    qs = [bag(task_text(state[0])), bag(state[1]), bag(state[2])]
+    qn = [norm(b) for b in qs]
+    bags, norms = data["bags"], data["norms"]
+    memo: dict = {}
+
+    def sim(part: int, i: int) -> float:
+        key = (part, i)
+        if key not in memo:
+            memo[key] = cosine(qs[part], bags[i], qn[part], norms[i])
+        return memo[key]
+
+    scored = []
+    for case in data["cases"]:
+        task, obs, prev = case[0], case[1], case[2]
+        s = WEIGHTS[0] * sim(0, task) + WEIGHTS[1] * sim(1, obs) + WEIGHTS[2] * sim(2, prev)
+        if s >= MIN_SIMILARITY:
+            scored.append((s, case))
+    scored.sort(key=lambda x: -x[0])
+    return scored[:NEIGHBOURS]
+
+
+def codes(action: str, state: tuple) -> str:
+    """Where each word of ``action`` comes from in its state, one token a word: the letters of the parts
+    that hold it (``o`` the latest observation, ``p`` the last action, ``t`` the task), ``-`` none.
+    Two actions whose words differ only where both copy the same part of their own state ("take papaya"
+    after "...take the papaya." and "take peach" after "...take the peach.") are the same move, so a
+    case teaches states with other objects in them."""
+    sources = [set(WORD.findall(part.lower())) for part in (state[1], state[2], state[0])]
+    out = []
+    for w in action.lower().split():
+        w = "".join(WORD.findall(w))
+        out.append("".join(c for c, words in zip("opt", sources) if w in words) or "-")
+    return " ".join(out)
+
+
+def template(action: str, action_codes: str) -> list:
+    """The action as a move: its own words, with each run of words copied from the same part of the
+    state folded into one slot ("take clean brown shirt" after a room that lists it: ["take", "{o}"])."""
+    out: list = []
+    for w, c in zip(action.lower().split(), action_codes.split()):
+        slot = "{%s}" % c[0] if c != "-" else w
+        if c == "-" or not out or out[-1] != slot:
+            out.append(slot)
+    return out
+
+
+def alike(a: str, a_codes: str, b: str, b_codes: str) -> float:
+    """How alike two actions are as moves. Of one length: the mean agreement of their words: the same
+    word copied from the same parts agrees, the same word from other parts half ("open red door"
+    copying the sign is half the move "open red door" that repeats the last action), two words by the
+    parts of their states both copy. Of different lengths: the share of their templates' positions
+    that agree, else their templates' cosine."""
+    wa, wb, ca, cb = a.lower().split(), b.lower().split(), a_codes.split(), b_codes.split()
+    if len(wa) == len(wb) == len(ca) == len(cb):
+        same = 0.0
+        for x, y, sx, sy in zip(wa, wb, ca, cb):
+            if x == y:
+                same += 1.0 if sx == sy else 0.5
+            elif sx != "-" and sy != "-":
+                # the parts both copy over the parts either copies, at least one part's worth: two
+                # words that only the task holds (any object a room lists) are half the same move
+                shared = sum(SOURCE_WEIGHT[c] for c in set(sx) & set(sy))
+                same += shared / max(1.0, sum(SOURCE_WEIGHT[c] for c in set(sx) | set(sy)))
+        return same / max(1, len(wa))
+    ta, tb = template(a, a_codes), template(b, b_codes)
+    if len(ta) == len(tb):
+        return sum(x == y for x, y in zip(ta, tb)) / max(1, len(ta))
+    ba, bb = bag(" ".join(ta)), bag(" ".join(tb))
+    return cosine(ba, bb, norm(ba), norm(bb))
+
+
+def rank(data: dict, near: list, state: tuple, actions: list | None) -> list:
+    """[(score, action)] best first: the valid actions when given, else the cases' own actions."""
+    texts = data["texts"]
+    if not actions:
+        evidence: dict = {}
+        for s, case in near:
+            evidence[texts[case[3]]] = evidence.get(texts[case[3]], 0.0) + s * case[4]
+        return sorted(((v, a) for a, v in evidence.items()), key=lambda x: -x[0])
+    out = []
+    for a in actions:
+        mine = codes(a, state)
+        total = 0.0
+        for s, case in near:
+            match = alike(a, mine, texts[case[3]], case[5])
+            if match >= MIN_ACTION_MATCH:
+                total += s * case[4] * match * match
+        out.append((total, a))
+    return sorted(out, key=lambda x: -x[0])
+
+
+def note(transcript: str, actions: list | None, data: dict) -> str:
+    state = parse(transcript)
+    near = neighbours(data, state)
+    if not near:
+        return ""
+    ranked = rank(data, near, state, actions)
+    good = [a for v, a in ranked if v > 0]
+    bad = [a for v, a in ranked if v < 0]
+    lines = []
+    if good:
+        lines.append(f"Next: {good[0]}.")
+    if bad:
+        lines.append("Avoid: " + "; ".join(bad[-3:][::-1]) + ".")
+    return "\n".join(lines)
+
+
+def main(argv: list) -> int:
+    actions = None
+    if "--actions" in argv:
+        i = argv.index("--actions")
+        try:
+            actions = [str(a) for a in json.loads(argv[i + 1])]
+        except (IndexError, ValueError, TypeError):
+            actions = None
+    if not DATA.is_file():
+        return 0
+    out = note(sys.stdin.read(), actions, load())
+    if out:
+        print(out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

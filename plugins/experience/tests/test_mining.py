@@ -1,0 +1,214 @@
+"""The skill miner: cases from rewards and won episodes, an observe script that names the next move
+from the nearest ones, and a proposer that writes the skill and teaches the policy its notes."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from doorbench import DoorBench
+from evolver import Episode, Step, Task
+from evolver_experience import mining
+from evolver_experience.miner import SkillMinerProposer
+from evolver_experience.notes import observe
+
+
+def played(bench, task, actions):
+    """An episode of ``actions`` played in ``task``'s environment (what a rollout stores)."""
+    env, ep = bench.env(task), Episode(task=task, program_id="p", program_hash="h", model="m", seed=0)
+    obs = env.reset()
+    for a in actions:
+        if obs.done:
+            break
+        obs = env.step(a)
+        ep.steps.append(Step(index=len(ep.steps), prompt="", output=a, action=a, observation=obs.text,
+                             reward=obs.score))
+    ep.score, ep.won = obs.score, bool(obs.info.get("won"))
+    return ep
+
+
+def transcript_and_actions(bench, task, actions):
+    """The episode so far as the seed harness hands it to an observer, and the valid actions now."""
+    env = bench.env(task)
+    obs = env.reset()
+    text = f"{task.prompt}\n\n{obs.text}"
+    for a in actions:
+        obs = env.step(a)
+        text += f"\n> {a}\n{obs.text}"
+    return text, obs.actions
+
+
+def skill_from(tmp_path, episodes):
+    info = mining.write_mined_skill(tmp_path / "skills", "mined-moves",
+                                    mining.merge(mining.mine(episodes, DoorBench())),
+                                    len(episodes), sum(e.won for e in episodes))
+    return tmp_path / "skills" / "mined-moves", info
+
+
+def next_move(note: str) -> str | None:
+    for line in note.splitlines():
+        if line.startswith("Next: "):
+            return line[len("Next: "):].rstrip(".")
+    return None
+
+
+def test_the_miner_recovers_the_right_moves_of_a_benchmark_whose_answers_are_known(tmp_path):
+    bench = DoorBench()
+    demos = mining.demonstrated(bench, bench.tasks("train", 6))
+    assert len(demos) == 6 and all(e.won for e in demos)
+    folder, info = skill_from(tmp_path, demos)
+    assert 12 <= info["cases"] <= 18 and info["dropped"] == 0  # 3 moves each; exact repeats fold
+    data = observe.load(folder / mining.DATA_FILE)
+    right = total = 0
+    for task in bench.tasks("dev", 8):  # colours in combinations no demonstration showed
+        env = DoorEnv = bench.env(task)
+        done = []
+        for sign in DoorEnv.signs:
+            text, actions = transcript_and_actions(bench, task, done)
+            move = next_move(observe.note(text, actions, data))
+            right += move == f"open {sign[0]} door"
+            total += 1
+            done.append(f"open {sign[0]} door")
+        del env
+    assert right == total, f"{right} of {total} moves named right"
+
+
+def test_a_move_that_lowered_the_score_is_named_to_avoid(tmp_path):
+    bench = DoorBench(demos=False)
+    task = bench.tasks("train", 1)[0]
+    signs = bench.env(task).signs
+    wrong = f"open {signs[0][1]} door"
+    folder, _ = skill_from(tmp_path, [played(bench, task, [wrong])])
+    data = observe.load(folder / mining.DATA_FILE)
+    text, actions = transcript_and_actions(bench, task, [])
+    note = observe.note(text, actions, data)
+    assert "Avoid: " in note and wrong in note and next_move(note) is None
+
+
+def test_a_state_that_matches_nothing_yields_no_note(tmp_path):
+    bench = DoorBench()
+    folder, _ = skill_from(tmp_path, mining.demonstrated(bench, bench.tasks("train", 4)))
+    data = observe.load(folder / mining.DATA_FILE)
+    alien = "Bake a cake for the queen.\n\nThe kitchen is warm; flour and eggs lie on the table."
+    assert observe.note(alien, ["take flour", "break eggs"], data) == ""
+
+
+def test_the_observe_script_runs_alone_on_stdin_with_the_valid_actions(tmp_path):
+    bench = DoorBench()
+    folder, _ = skill_from(tmp_path, mining.demonstrated(bench, bench.tasks("train", 6)))
+    task = bench.tasks("test", 1)[0]
+    text, actions = transcript_and_actions(bench, task, [])
+    res = subprocess.run([sys.executable, str(folder / "scripts" / "observe.py"), "--actions", json.dumps(actions)],
+                         input=text, capture_output=True, text=True, timeout=30)
+    assert res.returncode == 0, res.stderr
+    assert next_move(res.stdout) == f"open {bench.env(task).signs[0][0]} door"
+    # the skill parses as a skill the seed harness runs as an observer with the valid actions
+    from evolver import parse_skill
+    meta = parse_skill(folder).meta["metadata"]
+    assert meta["observe"] == "scripts/observe.py" and meta["observe_actions"] is True
+
+
+def test_only_training_episodes_are_mined_and_repeats_fold():
+    bench = DoorBench()
+    dev = played(bench, bench.tasks("dev", 1)[0], ["look around"])
+    with pytest.raises(ValueError, match="training episodes only"):
+        mining.mine([dev])
+    demos = mining.demonstrated(bench, bench.tasks("train", 2))
+    assert mining.demonstrated(bench, bench.tasks("dev", 2)) == []  # no demonstrations of dev tasks
+    once, twice = mining.merge(mining.mine(demos)), mining.merge(mining.mine(demos + demos))
+    assert once == twice
+
+
+def test_won_steps_count_less_the_further_they_are_from_a_reward():
+    task = Task(id="t/train/0", benchmark="t", split="train", category="c", prompt="Do it.")
+    ep = Episode(task=task, program_id="p", program_hash="h", model="m", seed=0, won=True, score=1.0)
+    for i, (a, r) in enumerate([("detour", 0.0), ("open box", 0.0), ("take key", 1.0)]):
+        ep.steps.append(Step(index=i, prompt="", output=a, action=a, observation=f"after {a}", reward=r))
+    values = {c.action: c.value for c in mining.episode_cases(ep)}
+    assert values == {"detour": 0.25, "open box": 0.5, "take key": 1.0}
+
+
+def test_the_data_is_cut_to_fit_the_skill_caps_keeping_rewarded_steps_first():
+    task = Task(id="t/train/0", benchmark="t", split="train", category="c", prompt="Do it.")
+    cases = [mining.Case(f"task {i}", f"observation number {i} " * 20, f"prev {i}", f"act {i}",
+                         1.0 if i % 2 else 0.5, "--") for i in range(3000)]
+    blob, kept = mining.packed(cases, limit=20_000)
+    assert len(blob) <= 20_000 and 0 < len(kept) < len(cases)
+    assert all(c.value == 1.0 for c in kept) or all(c.value == 1.0 for c in cases if c in kept[:1])
+    assert sum(c.value == 1.0 for c in kept) >= sum(c.value == 0.5 for c in kept)
+    del task
+
+
+class FakeStore:
+    def __init__(self, episodes):
+        self._episodes = episodes
+
+    def episodes(self, **_):
+        return list(self._episodes)
+
+
+def fake_run(bench, episodes):
+    logged = []
+    run = SimpleNamespace(id="r", benchmark=bench, store=FakeStore(episodes), log=logged.append, status="",
+                          repo=SimpleNamespace(manifest=lambda pid: {"id": pid, "parent": ""}))
+    return run, logged
+
+
+def test_a_store_with_no_rewards_gives_nothing_to_mine_and_no_candidate(tmp_path):
+    bench = DoorBench(demos=False)
+    task = bench.tasks("train", 1)[0]
+    flat = played(bench, task, ["look around"] * bench.max_steps)  # no reward changed, not won
+    run, logged = fake_run(bench, [flat])
+    drafts = []
+    ctx = SimpleNamespace(iteration=0, parent=SimpleNamespace(id="seed", root=str(tmp_path), manifest={}),
+                          frontier=None,
+                          new_draft=lambda *a, **k: drafts.append(a) or None)
+    assert SkillMinerProposer(run, train="none").propose(ctx) == []
+    assert drafts == [] and any("nothing to mine" in line for line in logged), logged
+
+
+def test_the_proposer_writes_a_growing_skill_whose_notes_reach_the_policy_and_trains_it(tmp_path, tiny_dir, monkeypatch):
+    """The whole path in a real run: mined from demonstrations, imitated with its notes in the prompts,
+    gated by the loop; the candidate's dev prompts carry the observer's notes (run sandboxed, with the
+    valid actions)."""
+    from click.testing import CliRunner
+
+    from evolver import plugins
+    from evolver.cli import cli
+    from evolver.run import LOOP_RUN_ID
+    from evolver.store import Store
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("EVOLVER_PLUGINS", "transformers,grpo,skillrl,experience")
+    plugins.reset()
+    roles = ("executor", "proposer", "builder", "judge")
+    args = ["--plugin", str(Path(__file__).with_name("doorbench.py")), "--store", str(tmp_path / "store"),
+            "--set=benchmark=doors", "--set=benchmark_options={}",
+            *[f"--set=roles.{r}.backend=transformers" for r in roles],
+            *[f"--set=roles.{r}.model={tiny_dir}" for r in roles],
+            "--set=roles.executor.options={dtype = \"fp32\"}",
+            "run", "--iterations", "1", "--proposer", "skill-miner", "--set=loop.candidates_per_iteration=1",
+            "--set=loop.dev_per_category=3", "--set=loop.test_per_category=2", "--set=loop.staged=false",
+            "--set=loop.train_per_category=1", "--set=loop.failure_threshold=1.01", "--set=loop.best_of_n=false",
+            "--set=plugins.skill-miner={demos_per_category = 4, per_category = 2, lr = 0.01, batch_size = 2, autocast = false}"]
+    r = CliRunner().invoke(cli, args, catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    store = Store(tmp_path / "store" / "evolver.duckdb")
+    with store:
+        run = store.latest_run(pattern=LOOP_RUN_ID)
+        (prop,) = store.proposals(run["run_id"])
+        assert prop["operator"] == "mine-skill" and prop["status"] in ("admitted", "discarded"), prop
+        detail = prop["detail"]
+        assert detail["demos"] == 4 and detail["cases"] >= 8 and detail["round"] == 1
+        assert detail["checkpoint"].startswith(f"checkpoints/{run['run_id']}-mine-skill-it0/")
+        cid = prop["candidate_id"]
+        _, rows = store.query("SELECT s.prompt FROM steps s JOIN episodes e USING (episode_id) WHERE e.run_id = ? "
+                              "AND e.program_id = ? AND e.split = 'dev'", [run["run_id"], cid])
+        prompts = [row[0] for row in rows]
+        assert prompts and any("[mined-moves] Next: open" in p for p in prompts), prompts[:1]
+    from evolver import ProgramRepo
+    repo = ProgramRepo(tmp_path / "store")
+    files = repo.checkout(cid)
+    assert (Path(files.root) / "skills" / "mined-moves" / mining.DATA_FILE).is_file()
