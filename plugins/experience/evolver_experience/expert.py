@@ -65,7 +65,7 @@ class ExpertIterationProposer:
 
     def rollouts(self, ctx, program=None) -> tuple[list, dict]:
         """The kept episodes (with their steps) and counts for the hypothesis. ``program``: what plays
-        (default the parent; the skill miner passes the parent with its new skill, on the same weights)."""
+        (default the parent), on the parent's weights."""
         from evolver import evaluate_many
         from evolver_grpo.engines import RolloutBackend
         from evolver_skillrl.sft import demo_tasks

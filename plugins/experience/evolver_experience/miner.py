@@ -11,7 +11,8 @@ A 135M model has never seen such notes, so the candidate also carries a checkpoi
 parent's policy fine-tuned on demonstrations of training tasks replayed through the candidate's own
 harness, notes included, so it learns when following them pays; where the benchmark offers no
 demonstrations (or the run uses none: ``demonstrations = false``), on its own best sampled rollouts
-played with the notes (expert iteration), so rewards alone still teach it. The loop gates the candidate
+(expert iteration: played first, so they are mined too, then re-rendered with the notes in their
+prompts), so rewards alone still teach it. The loop gates the candidate
 like any other.
 """
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from evolver import Program, content_hash, replay_gold
+from evolver import Program, content_hash, replay_episodes, replay_gold
 from evolver_experience import mining
 from evolver_experience.expert import ExpertIterationProposer
 from evolver_experience.imitation import SFT_DEFAULTS, ImitationOptions, plan_demos, planned_tasks
@@ -73,6 +74,8 @@ class SkillMinerProposer:
         if rounds >= cfg.max_rounds:
             run.log(f"skill-miner: {parent.id} has had {rounds} rounds (max_rounds {cfg.max_rounds})")
             return []
+        # Rewards alone (nothing to imitate): the parent practises first, so its rollouts are mined too.
+        practised = self.expert.rollouts(ctx) if self.practises(ancestors, ctx.parent) else None
         run.status = f"iteration {ctx.iteration}: skill-miner reads the store"
         stored = [e for e in run.store.episodes(run_id=run.id, split="train", with_steps=True) if not e.error]
         demos = self.demonstrations(rounds)
@@ -100,8 +103,8 @@ class SkillMinerProposer:
                 summary, plan = trained
                 hypothesis += f"; imitate demonstrations with its notes: {describe(summary)}"
                 manifest = {"model": summary["checkpoint"], "demos": plan}
-            elif cfg.train in ("auto", "expert-iteration"):
-                trained = self.practise(ctx, root)
+            elif practised is not None:
+                trained = self.practise(ctx, root, *practised)
                 if trained:
                     summary, stats = trained
                     hypothesis += (f"; practise with its notes, best of {stats['samples']} samples on "
@@ -137,15 +140,27 @@ class SkillMinerProposer:
             return None
         return train_from(run, parent, ctx.iteration, OPERATOR, self.sft, episodes=episodes), plan
 
-    def practise(self, ctx, root: Path):
+    def practises(self, ancestors: list[dict], parent) -> bool:
+        """Whether this round teaches the policy by expert iteration: asked for, or ``auto`` and the
+        benchmark demonstrates none of the tasks imitation would take."""
+        if self.cfg.train == "expert-iteration":
+            return True
+        if self.cfg.train != "auto":
+            return False
+        offer = getattr(self.run.benchmark, "demonstration", None)
+        tasks = planned_tasks(self.run, plan_demos(self.run, self.cfg, parent, ancestors))
+        return offer is None or not any(offer(t) for t in tasks)
+
+    def practise(self, ctx, root: Path, kept: list, stats: dict):
         """(training summary, rollout counts) of the parent's policy fine-tuned on its own best sampled
-        rollouts, played with the new skill (expert iteration, rewards alone); None when too few paid."""
+        rollouts (expert iteration, rewards alone), re-rendered through the program at ``root`` so their
+        prompts hold the new skill's notes; None when too few paid."""
         run, parent = self.run, ctx.parent
-        program = Program(id=f"{parent.id}+{self.cfg.skill}", commit="", root=str(root),
-                          hash=content_hash(root), manifest=dict(parent.manifest))
-        kept, stats = self.expert.rollouts(ctx, program)
         if len(kept) < self.expert.cfg.min_trajectories:
             run.log(f"skill-miner: {len(kept)} of {stats['tasks']} practised tasks paid (min_trajectories "
-                    f"{self.expert.cfg.min_trajectories}): nothing to practise on")
+                    f"{self.expert.cfg.min_trajectories}): nothing to learn from")
             return None
-        return train_from(run, parent, ctx.iteration, OPERATOR, self.expert.sft, episodes=kept), stats
+        program = Program(id=f"{parent.id}+{self.cfg.skill}", commit="", root=str(root),
+                          hash=content_hash(root), manifest=dict(parent.manifest))
+        replayed = [e for e in replay_episodes(run, program, kept) if not e.error]
+        return train_from(run, parent, ctx.iteration, OPERATOR, self.expert.sft, episodes=replayed), stats

@@ -169,10 +169,13 @@ def test_a_store_with_no_rewards_gives_nothing_to_mine_and_no_candidate(tmp_path
     assert drafts == [] and any("nothing to mine" in line for line in logged), logged
 
 
-def test_the_proposer_writes_a_growing_skill_whose_notes_reach_the_policy_and_trains_it(tmp_path, tiny_dir, monkeypatch):
-    """The whole path in a real run: mined from demonstrations, imitated with its notes in the prompts,
-    gated by the loop; the candidate's dev prompts carry the observer's notes (run sandboxed, with the
-    valid actions)."""
+@pytest.mark.parametrize("demos", [True, False], ids=["imitation", "rewards-alone"])
+def test_the_proposer_writes_a_growing_skill_whose_notes_reach_the_policy_and_trains_it(tmp_path, tiny_dir, monkeypatch,
+                                                                                          demos):
+    """The whole path in a real run: mined from demonstrations and imitated with its notes in the prompts,
+    or (rewards alone) mined from the policy's own practice rollouts and trained on the best of them
+    re-rendered with the notes; gated by the loop; the candidate's dev prompts carry the observer's notes
+    (run sandboxed, with the valid actions)."""
     from click.testing import CliRunner
 
     from evolver import plugins
@@ -192,7 +195,10 @@ def test_the_proposer_writes_a_growing_skill_whose_notes_reach_the_policy_and_tr
             "run", "--iterations", "1", "--proposer", "skill-miner", "--set=loop.candidates_per_iteration=1",
             "--set=loop.dev_per_category=3", "--set=loop.test_per_category=2", "--set=loop.staged=false",
             "--set=loop.train_per_category=1", "--set=loop.failure_threshold=1.01", "--set=loop.best_of_n=false",
-            "--set=plugins.skill-miner={demos_per_category = 4, per_category = 2, lr = 0.01, batch_size = 2, autocast = false}"]
+            "--set=plugins.skill-miner={demos_per_category = 4, per_category = 2, lr = 0.01, batch_size = 2, autocast = false, "
+            "expert = {tasks_per_category = 3, samples = 2, wide_below = 0.0, temperature = 1.5, min_score = 0.0, "
+            "min_trajectories = 1, lr = 0.01, batch_size = 2, autocast = false}}",
+            f"--set=demonstrations={str(demos).lower()}"]
     r = CliRunner().invoke(cli, args, catch_exceptions=False)
     assert r.exit_code == 0, r.output
     store = Store(tmp_path / "store" / "evolver.duckdb")
@@ -201,7 +207,12 @@ def test_the_proposer_writes_a_growing_skill_whose_notes_reach_the_policy_and_tr
         (prop,) = store.proposals(run["run_id"])
         assert prop["operator"] == "mine-skill" and prop["status"] in ("admitted", "discarded"), prop
         detail = prop["detail"]
-        assert detail["demos"] == 4 and detail["cases"] >= 8 and detail["round"] == 1
+        assert detail["round"] == 1 and detail["cases"] >= (8 if demos else 1)
+        if demos:
+            assert detail["demos"] == 4 and "rollouts" not in detail
+        else:  # the practice rollouts were played first, stored, and mined
+            assert detail["demos"] == 0 and detail["rollouts"]["kept"] >= 1
+            assert detail["stored"] >= 3 * 3, detail  # the loop's batch and the practice (greedy + samples)
         assert detail["checkpoint"].startswith(f"checkpoints/{run['run_id']}-mine-skill-it0/")
         cid = prop["candidate_id"]
         _, rows = store.query("SELECT s.prompt FROM steps s JOIN episodes e USING (episode_id) WHERE e.run_id = ? "
