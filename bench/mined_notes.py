@@ -69,7 +69,7 @@ def main() -> int:
     demo_tasks = [t for ts in by_cat.values() for t in ts[:args.demos]]
     eps = mining.demonstrated(bench, demo_tasks)
     eps += [play(bench, t, rand, t.max_steps or limit) for ts in by_cat.values() for t in ts[args.demos:]]
-    cases = mining.merge(mining.mine(eps))
+    cases = mining.merge(mining.mine(eps, bench))
     folder = Path(tempfile.mkdtemp())
     info = mining.write_mined_skill(folder, "mined-moves", cases, len(eps), sum(e.won for e in eps))
     data = observe.load(folder / "mined-moves" / mining.DATA_FILE)
