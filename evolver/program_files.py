@@ -10,6 +10,7 @@ from pathlib import Path
 
 import tomli_w
 
+from evolver.skills import front_matter
 from evolver.types import stable_hash
 
 MANIFEST = "program.toml"
@@ -72,16 +73,7 @@ def _now() -> str:
 def _skill_version(text: str | None) -> str | None:
     """``version`` (or ``metadata.version``) from a SKILL.md's front matter; None without one. Lenient: a
     history listing should not fail on an old, malformed version of a skill."""
-    import yaml
-
-    if not text or not text.startswith("---"):
-        return None
-    try:
-        data = yaml.safe_load(text[3:].split("\n---", 1)[0])
-    except yaml.YAMLError:
-        return None
-    if not isinstance(data, dict):
-        return None
+    data = front_matter(text)
     meta = data.get("metadata") if isinstance(data.get("metadata"), dict) else {}
     version = data.get("version", meta.get("version"))
     return None if version is None else str(version)

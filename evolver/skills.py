@@ -390,13 +390,19 @@ def hand_written(skill_text: str | None) -> bool:
     return bool(skill_meta(skill_text).get("hand_written"))
 
 
-def skill_meta(skill_text: str | None) -> dict:
-    """The ``metadata`` table of a SKILL.md's front matter; {} when there is none or it does not parse."""
+def front_matter(skill_text: str | None) -> dict:
+    """A SKILL.md's front matter as a dict; {} when there is none or it does not parse. Lenient, unlike
+    :func:`parse_skill`: labels and history listings read old or malformed versions of a skill too."""
     if not skill_text or not skill_text.startswith("---"):
         return {}
     try:
         data = yaml.safe_load(skill_text[3:].split("\n---", 1)[0])
     except yaml.YAMLError:
         return {}
-    meta = data.get("metadata") if isinstance(data, dict) else None
+    return data if isinstance(data, dict) else {}
+
+
+def skill_meta(skill_text: str | None) -> dict:
+    """The ``metadata`` table of a SKILL.md's front matter; {} when there is none or it does not parse."""
+    meta = front_matter(skill_text).get("metadata")
     return meta if isinstance(meta, dict) else {}

@@ -98,7 +98,7 @@ class Benchmark(abc.ABC):
     #: skills, or a list of skill folders. ``seed_skills`` may name a pack (all its skills) or one skill of
     #: a pack by its folder name. Skills written by hand for this benchmark belong here, not in
     #: ``seed_skills``, with ``metadata.hand_written: true`` in their front matter: reports label programs
-    #: that carry one (twx's ``twx-experts``: ``--set seed_skills=twx-experts``).
+    #: that carry one (``--set seed_skills=PACK`` opts in).
     skill_packs: dict = {}
     #: How the harness should present every task (``Task.hints`` overrides per task): ``preset``,
     #: ``system_prompt``, ``observation_tokens``, ``reply_tokens`` (see the module docstring).

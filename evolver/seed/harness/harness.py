@@ -89,8 +89,8 @@ class Harness:
             script, when = self.observer(skill)
             if not script or (when and not re.search(when, text, re.I)):
                 continue
-            meta = skill.meta.get("metadata") if isinstance(skill.meta.get("metadata"), dict) else {}
-            args = ["--actions", json.dumps(list(actions))] if meta.get("observe_actions") and actions else []
+            wants = self.metadata(skill).get("observe_actions")
+            args = ["--actions", json.dumps(list(actions))] if wants and actions else []
             out = self.program.run_skill(skill.name, script, args=args, stdin=text)
             if out:
                 state["observed"][skill.name] = f"[{skill.name}] {out[:NOTE_CHARS]}"
@@ -98,10 +98,15 @@ class Harness:
                 state["observed"].pop(skill.name, None)  # a note that no longer applies is not shown again
 
     @staticmethod
-    def observer(skill):
+    def metadata(skill):
+        """The skill's front matter ``metadata`` table ({} without one)."""
+        meta = skill.meta.get("metadata")
+        return meta if isinstance(meta, dict) else {}
+
+    def observer(self, skill):
         """(script, pattern) of a skill that observes (front matter ``metadata.observe`` and
         ``observe_when``), else (None, None)."""
-        meta = skill.meta.get("metadata") if isinstance(skill.meta.get("metadata"), dict) else {}
+        meta = self.metadata(skill)
         script, when = meta.get("observe"), meta.get("observe_when")
         return (script if isinstance(script, str) else None), (when if isinstance(when, str) else None)
 

@@ -74,8 +74,11 @@ class SkillMinerProposer:
         if rounds >= cfg.max_rounds:
             run.log(f"skill-miner: {parent.id} has had {rounds} rounds (max_rounds {cfg.max_rounds})")
             return []
+        plan = plan_demos(run, cfg, parent, ancestors) if cfg.train in ("auto", "imitation") else {}
+        tasks = planned_tasks(run, plan) if plan else []  # what imitation would take
+        teach = self.teaching(tasks)
         # Rewards alone (nothing to imitate): the parent practises first, so its rollouts are mined too.
-        practised = self.expert.rollouts(ctx) if self.practises(ancestors, ctx.parent) else None
+        practised = self.expert.rollouts(ctx) if teach == "expert-iteration" else None
         run.status = f"iteration {ctx.iteration}: skill-miner reads the store"
         stored = [e for e in run.store.episodes(run_id=run.id, split="train", with_steps=True) if not e.error]
         demos = self.demonstrations(rounds)
@@ -93,18 +96,19 @@ class SkillMinerProposer:
             shutil.copytree(parent.root, root, ignore=shutil.ignore_patterns(".git"))
             info = mining.write_mined_skill(root / "skills", cfg.skill, cases, len(sources),
                                             sum(e.won for e in sources))
+            program = Program(id=f"{parent.id}+{cfg.skill}", commit="", root=str(root), hash=content_hash(root),
+                              manifest=dict(parent.manifest))
             hypothesis = (f"mine {cfg.skill} from {len(stored)} stored training episodes and {len(demos)} "
                           f"demonstrations (round {rounds + 1}): {info['cases']} cases ({len(new)} mined now, "
                           f"{len(had)} from the parent)")
             detail = {"round": rounds + 1, "stored": len(stored), "demos": len(demos), **info}
             manifest = {}
-            trained = self.imitate(ctx, root, ancestors) if cfg.train in ("auto", "imitation") else None
-            if trained:
-                summary, plan = trained
+            summary = self.imitate(ctx, program, tasks) if teach == "imitation" else None
+            if summary:
                 hypothesis += f"; imitate demonstrations with its notes: {describe(summary)}"
                 manifest = {"model": summary["checkpoint"], "demos": plan}
             elif practised is not None:
-                trained = self.practise(ctx, root, *practised)
+                trained = self.practise(ctx, program, *practised)
                 if trained:
                     summary, stats = trained
                     hypothesis += (f"; practise with its notes, best of {stats['samples']} samples on "
@@ -124,43 +128,33 @@ class SkillMinerProposer:
         run.log(f"skill-miner: {hypothesis}")
         return [draft]
 
-    def imitate(self, ctx, root: Path, ancestors: list[dict]):
-        """(training summary, plan) of the parent's policy fine-tuned on demonstrations replayed through
-        the program at ``root`` (the parent's files with the new skill); None when the benchmark
-        demonstrates none of the tasks."""
-        run, parent = self.run, ctx.parent
-        plan = plan_demos(run, self.cfg, parent, ancestors)
-        tasks = planned_tasks(run, plan)
-        program = Program(id=f"{parent.id}+{self.cfg.skill}", commit="", root=str(root),
-                          hash=content_hash(root), manifest=dict(parent.manifest))
+    def teaching(self, tasks: list) -> str | None:
+        """How this round teaches the policy the notes: ``train``, with ``auto`` resolved to imitation
+        where the benchmark demonstrates any of imitation's ``tasks``, else expert iteration."""
+        if self.cfg.train != "auto":
+            return None if self.cfg.train == "none" else self.cfg.train
+        offer = getattr(self.run.benchmark, "demonstration", None)
+        return "imitation" if offer is not None and any(offer(t) for t in tasks) else "expert-iteration"
+
+    def imitate(self, ctx, program: Program, tasks: list):
+        """The training summary of the parent's policy fine-tuned on demonstrations of ``tasks`` replayed
+        through ``program`` (the parent's files with the new skill); None when none was demonstrated."""
+        run = self.run
         run.status = f"iteration {ctx.iteration}: skill-miner replays {len(tasks)} demonstrations with its notes"
         episodes = [e for e in replay_gold(run, program, tasks, store=False) if e.won and not e.error]
         if not episodes:
             run.log("skill-miner: the benchmark demonstrates none of these training tasks: nothing to imitate")
             return None
-        return train_from(run, parent, ctx.iteration, OPERATOR, self.sft, episodes=episodes), plan
+        return train_from(run, ctx.parent, ctx.iteration, OPERATOR, self.sft, episodes=episodes)
 
-    def practises(self, ancestors: list[dict], parent) -> bool:
-        """Whether this round teaches the policy by expert iteration: asked for, or ``auto`` and the
-        benchmark demonstrates none of the tasks imitation would take."""
-        if self.cfg.train == "expert-iteration":
-            return True
-        if self.cfg.train != "auto":
-            return False
-        offer = getattr(self.run.benchmark, "demonstration", None)
-        tasks = planned_tasks(self.run, plan_demos(self.run, self.cfg, parent, ancestors))
-        return offer is None or not any(offer(t) for t in tasks)
-
-    def practise(self, ctx, root: Path, kept: list, stats: dict):
+    def practise(self, ctx, program: Program, kept: list, stats: dict):
         """(training summary, rollout counts) of the parent's policy fine-tuned on its own best sampled
-        rollouts (expert iteration, rewards alone), re-rendered through the program at ``root`` so their
-        prompts hold the new skill's notes; None when too few paid."""
-        run, parent = self.run, ctx.parent
+        rollouts (expert iteration, rewards alone), re-rendered through ``program`` (the parent's files
+        with the new skill) so their prompts hold its notes; None when too few paid."""
+        run = self.run
         if len(kept) < self.expert.cfg.min_trajectories:
             run.log(f"skill-miner: {len(kept)} of {stats['tasks']} practised tasks paid (min_trajectories "
                     f"{self.expert.cfg.min_trajectories}): nothing to learn from")
             return None
-        program = Program(id=f"{parent.id}+{self.cfg.skill}", commit="", root=str(root),
-                          hash=content_hash(root), manifest=dict(parent.manifest))
         replayed = [e for e in replay_episodes(run, program, kept) if not e.error]
-        return train_from(run, parent, ctx.iteration, OPERATOR, self.expert.sft, episodes=replayed), stats
+        return train_from(run, ctx.parent, ctx.iteration, OPERATOR, self.expert.sft, episodes=replayed), stats

@@ -18,6 +18,7 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,13 +88,8 @@ def mine(episodes: list[Episode], benchmark=None) -> list[Case]:
 
 
 def first_observation(benchmark, task: Task) -> str:
-    env = benchmark.env(task)
-    try:
+    with closing(benchmark.env(task)) as env:
         return env.reset().text or ""
-    finally:
-        close = getattr(env, "close", None)
-        if close:
-            close()
 
 
 def merge(*groups: list[Case]) -> list[Case]:
@@ -191,8 +187,7 @@ def demonstrated(benchmark, tasks: list[Task]) -> list[Episode]:
         if not actions:
             continue
         ep = Episode(task=task, program_id="", program_hash="", model="gold", seed=0, purpose="mine")
-        env = benchmark.env(task)
-        try:
+        with closing(benchmark.env(task)) as env:
             obs = env.reset()
             for action in actions:
                 if obs.done:
@@ -201,9 +196,5 @@ def demonstrated(benchmark, tasks: list[Task]) -> list[Episode]:
                 ep.steps.append(Step(index=len(ep.steps), prompt="", output=action, action=action,
                                      observation=obs.text, reward=obs.score))
             ep.score, ep.won = obs.score, bool((obs.info or {}).get("won", obs.score >= 1.0))
-        finally:
-            close = getattr(env, "close", None)
-            if close:
-                close()
         out.append(ep)
     return out
