@@ -45,11 +45,12 @@ from evolver_transformers.drafts import OptionDrafts, PromptLookup
 from evolver_transformers.embedded import fingerprint, resolve_model, state_hash
 from evolver_transformers.precision import CHOICES, use_autocast
 from evolver_transformers.prefix_cache import PrefixCache
+from evolver_transformers.static_decode import StaticDecoding
 
 log = logging.getLogger(__name__)
 
 
-class TransformersBackend(PrefixCache, ChoiceScoring, Backend):
+class TransformersBackend(StaticDecoding, PrefixCache, ChoiceScoring, Backend):
     name = "transformers"
     scores_options = True
 
@@ -248,54 +249,6 @@ class TransformersBackend(PrefixCache, ChoiceScoring, Backend):
         # Said out loud: a bug that fails every batch would otherwise only show as slowness.
         self.timing["batch_failures"] += 1
         log.warning("a batch of %d failed (%s: %s); running its requests one by one", size, type(exc).__name__, exc)
-
-    def _static_decoder(self):
-        """The static decoder when this call should use it, else None (the loop decodes)."""
-        if self.decode == "loop" or self.sample_device != "model":
-            return None
-        if self._static is None:
-            from evolver_transformers.static_decode import StaticDecoder, why_unsupported
-
-            why = why_unsupported(self.hf_model)
-            if why:
-                self.decode_error = f"static decoding off: {why}"
-                log.info("%s; the loop decodes", self.decode_error)
-                self.decode = "loop"
-                return None
-            self._static = StaticDecoder(self, graphs=self.decode in ("graphs", "compiled"),
-                                         compile=self.decode == "compiled")
-        return self._static
-
-    @property
-    def decode_path(self) -> str:
-        """What decodes now: ``"graphs"``, ``"static"`` (eager, or graphs given up) or ``"loop"``."""
-        if self.decode == "loop" or self._static is None:
-            return self.decode  # (before the first call: what it will try)
-        if not self._static.graphs:
-            return "static"
-        return "compiled" if self.decode == "compiled" else "graphs"
-
-    def _generate_chunk(self, chunk) -> list[GenResult]:
-        static = self._static_decoder()
-        if static is not None:
-            try:
-                results = static.generate_chunk(chunk)
-                if static.error and not self.decode_error:
-                    self.decode_error = f"CUDA graphs off: {static.error}"
-                return results
-            except BackendError:
-                raise
-            except torch.cuda.OutOfMemoryError:  # its buffers did not fit: this chunk with the loop
-                static.release()
-                self.timing["static_oom"] += 1
-                log.warning("the static decoder's buffers did not fit in GPU memory; this batch decodes with the loop")
-                torch.cuda.empty_cache()
-            except Exception as exc:  # noqa: BLE001 - said out loud, then the loop decodes from now on
-                self.decode_error = f"static decoding failed: {type(exc).__name__}: {exc}"
-                self.timing["static_failures"] += 1
-                log.warning("%s; decoding with the loop from now on", self.decode_error)
-                self.decode, self._static = "loop", None
-        return self._loop_chunk(chunk)
 
     def _loop_chunk(self, chunk) -> list[GenResult]:
         B, dev = len(chunk), self.device

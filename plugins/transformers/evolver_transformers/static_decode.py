@@ -45,6 +45,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from evolver import BackendError
+
 log = logging.getLogger(__name__)
 
 BUCKETS = (1, 8, 32, 64, 128, 256)
@@ -412,3 +414,55 @@ class StaticDecoder:
                         or b._looping(ids, req.max_line_repeats)):
                     done[r] = True
                     break
+
+
+class StaticDecoding:
+    """The backend's choice of decode path (mixed into ``TransformersBackend``, which sets ``decode``,
+    ``decode_error``, ``_static``, ``sample_device`` and ``timing`` and decodes with ``_loop_chunk``):
+    the static decoder where it applies, falling back to the loop, said out loud, when it cannot."""
+
+    def _static_decoder(self):
+        """The static decoder when this call should use it, else None (the loop decodes)."""
+        if self.decode == "loop" or self.sample_device != "model":
+            return None
+        if self._static is None:
+            why = why_unsupported(self.hf_model)
+            if why:
+                self.decode_error = f"static decoding off: {why}"
+                log.info("%s; the loop decodes", self.decode_error)
+                self.decode = "loop"
+                return None
+            self._static = StaticDecoder(self, graphs=self.decode in ("graphs", "compiled"),
+                                         compile=self.decode == "compiled")
+        return self._static
+
+    @property
+    def decode_path(self) -> str:
+        """What decodes now: ``"graphs"``, ``"static"`` (eager, or graphs given up) or ``"loop"``."""
+        if self.decode == "loop" or self._static is None:
+            return self.decode  # (before the first call: what it will try)
+        if not self._static.graphs:
+            return "static"
+        return "compiled" if self.decode == "compiled" else "graphs"
+
+    def _generate_chunk(self, chunk) -> list:
+        static = self._static_decoder()
+        if static is not None:
+            try:
+                results = static.generate_chunk(chunk)
+                if static.error and not self.decode_error:
+                    self.decode_error = f"CUDA graphs off: {static.error}"
+                return results
+            except BackendError:
+                raise
+            except torch.cuda.OutOfMemoryError:  # its buffers did not fit: this chunk with the loop
+                static.release()
+                self.timing["static_oom"] += 1
+                log.warning("the static decoder's buffers did not fit in GPU memory; this batch decodes with the loop")
+                torch.cuda.empty_cache()
+            except Exception as exc:  # noqa: BLE001 - said out loud, then the loop decodes from now on
+                self.decode_error = f"static decoding failed: {type(exc).__name__}: {exc}"
+                self.timing["static_failures"] += 1
+                log.warning("%s; decoding with the loop from now on", self.decode_error)
+                self.decode, self._static = "loop", None
+        return self._loop_chunk(chunk)
