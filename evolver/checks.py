@@ -8,6 +8,7 @@ rejected proposal, so a broken candidate never crashes a run.
 from __future__ import annotations
 
 import ast
+import gc
 import re
 from pathlib import Path
 
@@ -130,10 +131,23 @@ def _answer_in_context(text: str, answer: str, prompt: str, span: int = 80) -> s
     return ""
 
 
+def parse_python(source: str) -> ast.Module:
+    """``ast.parse`` with the garbage collector paused. CPython 3.11 keeps one depth counter while it builds
+    the tree's objects; a collection in the middle can run a finaliser that parses too (formatting a
+    logged traceback does), and the outer parse then fails with "AST constructor recursion depth mismatch"."""
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        return ast.parse(source)
+    finally:
+        if paused:
+            gc.enable()
+
+
 def _task_specific_code(source: str) -> list[str]:
     """What in one harness file recognises particular tasks (see :func:`audit_harness_code`)."""
     try:
-        tree = ast.parse(source)
+        tree = parse_python(source)
     except SyntaxError:
         return []  # the import check reports it
     found = []

@@ -62,6 +62,7 @@ setup (``_ns_setup``) and the audit-guard runner (``_guard_main``).
 """
 from __future__ import annotations
 
+import ast
 import functools
 import itertools
 import json
@@ -78,6 +79,7 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from evolver.checks import parse_python
 from evolver.sandbox_inside import DENY_PREFIX
 from evolver.sandbox_view import _bwrap_view, _view
 
@@ -349,9 +351,8 @@ def _pythonpath(env: dict | None) -> list[str]:
 def _named_paths(code: str) -> list[str]:
     """Absolute paths of existing files or folders that ``code``'s string literals name (the code is
     composed by evolver, e.g. an import check naming the candidate's folder)."""
-    import ast
     try:
-        tree = ast.parse(code)
+        tree = parse_python(code)
     except (SyntaxError, ValueError):
         return []
     return [node.value for node in ast.walk(tree)

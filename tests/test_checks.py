@@ -56,3 +56,37 @@ def test_a_short_answer_leaks_next_to_its_tasks_words_and_only_there(tmp_path):
     assert audit_leakage(general, ["7"], [], tasks=[task]) == ""  # "7" far from two of the task's words
     parent = _program(tmp_path / "parent", "1. When Marta bakes muffins, the answer is 7.")
     assert audit_leakage(leak, [], [], parent_root=parent, tasks=[task]) == ""  # the parent had it already
+
+
+def test_audit_parses_while_a_finaliser_parses_too(tmp_path):
+    # A garbage collection during a parse may run a finaliser that parses as well (logging a traceback does);
+    # on CPython 3.11 a bare ast.parse then fails with "AST constructor recursion depth mismatch".
+    import ast
+    import gc
+    from pathlib import Path
+
+    from evolver.checks import audit_harness_code, parse_python
+
+    class Finalised:
+        def __init__(self):
+            self.me = self  # a cycle: only the collector frees it
+
+        def __del__(self):
+            ast.parse("x = (1 + 2) * 3")
+
+    source = (Path(__file__).parents[1] / "evolver" / "checks.py").read_text()
+    (tmp_path / "harness").mkdir()
+    (tmp_path / "harness" / "harness.py").write_text("def answer(task):\n    return task.gold\n")
+    threshold = gc.get_threshold()
+    gc.set_threshold(1)
+    try:
+        for _ in range(10):
+            for _ in range(50):
+                Finalised()
+            assert parse_python(source).body
+        for _ in range(50):
+            Finalised()
+        assert audit_harness_code(tmp_path, None)
+    finally:
+        gc.set_threshold(*threshold)
+    assert gc.isenabled()
