@@ -136,3 +136,23 @@ def test_skills_with_an_observe_script_annotate_what_they_compute(tmp_path):
     harness.next_call(state, Observation("x", actions=["take 15kg of cedar"]))
     assert state["observed"]["quantity-order"].startswith("[quantity-order] Next: take 15kg of cedar.")
     assert state["observed"]["quantity-order"].endswith("In the box: 47g of brick.")
+
+
+def test_a_long_action_list_shows_the_actions_nearest_the_task_and_still_lets_any_be_played(tmp_path):
+    h = seed_harness(tmp_path)
+    task = Task("t", "b", "train", "find", prompt="Find a living thing and move it to the red box.",
+                hints={"actions_tokens": 60})
+    state = h.start(task, Observation("A kitchen."))
+    things = [f"thing {i}" for i in range(40)]
+    actions = [f"look at {t}" for t in things] + ["move frog to red box"] + [f"pick up {t}" for t in things]
+    request = h.next_call(state, Observation("A kitchen.", actions=actions))
+    listed = request.messages[1].content.split("Valid actions: ")[1].split("\n")[0]
+    # The one action that shares the task's words is listed, though 40 come before it; the rest fill the
+    # budget in the environment's order.
+    assert "look at thing 0, look at thing 1" in listed and "move frog to red box" in listed
+    assert "pick up" not in listed and "more valid actions not listed]" in listed
+    assert h.program.count_tokens(listed.split(" [...")[0]) <= 60
+    assert request.options == actions  # the choice still ranges over every valid action
+    # Lists within the budget are shown whole, in the environment's order.
+    short = h.next_call(state, Observation("A kitchen.", actions=actions[:3])).messages[1].content
+    assert "Valid actions: look at thing 0, look at thing 1, look at thing 2\n" in short

@@ -58,6 +58,7 @@ ACTION_TOKENS = 24  # output budget per free-text action in a text game (hint: r
 CHAT_TOKENS = 256  # output budget per reply in the chat and tool-calling presets (hint: reply_tokens)
 TOOLS_TOKENS = 3000  # the tool descriptions' share of the system prompt (hint: tools_tokens)
 CHAT_TURNS = 24  # chat turns kept in full; older ones are dropped with a marker (hint: max_turns)
+ACTIONS_TOKENS = 400  # the valid actions' share of a text game's prompt (hint: actions_tokens)
 
 
 class Harness:
@@ -184,9 +185,28 @@ class Harness:
             lines.append(f"Observation: {text}")
         actions = obs.actions if actions is None else actions
         if actions:
-            lines.append("Valid actions: " + ", ".join(actions))
+            lines.append("Valid actions: " + self.listed_actions(state, actions))
         lines.append("Next action:")
         return "\n\n".join(lines)
+
+    def listed_actions(self, state, actions):
+        """The valid actions as the prompt lists them: all while they fit ``ACTIONS_TOKENS``; past it, those
+        that share most words with the task and the observers' notes, in the environment's order, and a
+        marker. The model may still write one that is not listed: the nearest valid action is played."""
+        budget = int(self.hint(state, "actions_tokens", ACTIONS_TOKENS))
+        text = ", ".join(actions)
+        if len(text) <= budget or self.program.count_tokens(text) <= budget:
+            return text
+        context = set(re.findall(r"[a-z0-9]+", (state["task"].prompt + " " + " ".join(state["observed"].values())).lower()))
+        rank = sorted(range(len(actions)), key=lambda i: -len(set(re.findall(r"[a-z0-9]+", actions[i].lower())) & context))
+        keep, used = set(), 0
+        for i in rank:
+            used += self.program.count_tokens(actions[i]) + 1
+            if used > budget:
+                break
+            keep.add(i)
+        shown = [a for i, a in enumerate(actions) if i in keep]
+        return ", ".join(shown) + f" [... {len(actions) - len(shown)} more valid actions not listed]"
 
     @staticmethod
     def notes(task_text, older):
