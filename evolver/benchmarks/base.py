@@ -39,9 +39,11 @@ What the harness shows (the seed harness; an evolved one may differ)
 - Budgets are in tokens of the executor's tokenizer, never a silent character cut: the task prompt and
   each observation up to ``observation_tokens`` (default 400), replies up to ``reply_tokens``
   (text-game 24, chat 256). Text over budget is cut with a visible ``[... N more tokens cut]`` marker,
-  which stays in the trace's prompt.
+  which stays in the trace's prompt. Valid actions are listed up to ``actions_tokens`` (default 400); past
+  it, a share of each command (first word), those nearest the task first, and a marker; the model may
+  still write any valid action.
 - ``harness_hints`` sets these for every task (``preset``, ``system_prompt``, ``observation_tokens``,
-  ``reply_tokens``); ``Task.hints`` overrides them per task. A ``system_prompt`` replaces the seed
+  ``reply_tokens``, ``actions_tokens``); ``Task.hints`` overrides them per task. A ``system_prompt`` replaces the seed
   program's generic prompt.md when the seed is created, so evolution can edit it from there.
 
 Concurrency
@@ -101,7 +103,7 @@ class Benchmark(abc.ABC):
     #: that carry one (``--set seed_skills=PACK`` opts in).
     skill_packs: dict = {}
     #: How the harness should present every task (``Task.hints`` overrides per task): ``preset``,
-    #: ``system_prompt``, ``observation_tokens``, ``reply_tokens`` (see the module docstring).
+    #: ``system_prompt``, ``observation_tokens``, ``reply_tokens``, ``actions_tokens`` (see the module docstring).
     harness_hints: dict = {}
     #: The most Envs this benchmark can have open at once (None: the evaluator's ``max_live``).
     max_live: int | None = None

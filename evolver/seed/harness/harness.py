@@ -190,21 +190,31 @@ class Harness:
         return "\n\n".join(lines)
 
     def listed_actions(self, state, actions):
-        """The valid actions as the prompt lists them: all while they fit ``ACTIONS_TOKENS``; past it, those
-        that share most words with the task and the observers' notes, in the environment's order, and a
-        marker. The model may still write one that is not listed: the nearest valid action is played."""
+        """The valid actions as the prompt lists them: all while they fit ``ACTIONS_TOKENS``; past it, a
+        share of each command (an action's first word), those sharing most words with the task and the
+        observers' notes first, shown in the environment's order, and a marker. The model may still write
+        an action that is not listed: the nearest valid action is played."""
         budget = int(self.hint(state, "actions_tokens", ACTIONS_TOKENS))
         text = ", ".join(actions)
-        if len(text) <= budget or self.program.count_tokens(text) <= budget:
+        tokens = len(text) if len(text) <= budget else self.program.count_tokens(text)  # one count: a round trip
+        if tokens <= budget:
             return text
+        chars = budget * len(text) // max(1, tokens)
         context = set(re.findall(r"[a-z0-9]+", (state["task"].prompt + " " + " ".join(state["observed"].values())).lower()))
-        rank = sorted(range(len(actions)), key=lambda i: -len(set(re.findall(r"[a-z0-9]+", actions[i].lower())) & context))
+        commands = {}
+        for i, action in enumerate(actions):
+            words = re.findall(r"[a-z0-9]+", action.lower())
+            commands.setdefault(words[0] if words else "", []).append((-len(set(words) & context), i))
+        queues = sorted((sorted(q) for q in commands.values()), key=lambda q: q[0])
         keep, used = set(), 0
-        for i in rank:
-            used += self.program.count_tokens(actions[i]) + 1
-            if used > budget:
-                break
-            keep.add(i)
+        while any(queues) and used <= chars:
+            for q in queues:  # one of each command in turn, the most relevant command first
+                if q and used + len(actions[q[0][1]]) + 2 <= chars:
+                    i = q.pop(0)[1]
+                    keep.add(i)
+                    used += len(actions[i]) + 2
+                elif q:
+                    q.clear()  # no room left for this command's next one
         shown = [a for i, a in enumerate(actions) if i in keep]
         return ", ".join(shown) + f" [... {len(actions) - len(shown)} more valid actions not listed]"
 

@@ -87,7 +87,7 @@ class ScienceWorld(Benchmark):
     harness_hints = {"preset": "text-game"}
 
     def __init__(self, suite: str = "sciworld-short", tasks: list[str] | None = None, simplification: str = "easy",
-                 pool_size: int = 4):
+                 pool_size: int = 8):
         if tasks is None and suite not in SUITES:
             raise BenchmarkError(f"unknown suite {suite!r}; choose from {sorted(SUITES)} or name task types")
         self.categories = list(tasks or SUITES[suite])
