@@ -68,7 +68,7 @@ def replay(run, program: Program, harness, task: Task, actions: list[str], model
     env = run.benchmark.env(task)
     try:
         obs = env.reset()
-        state = harness.start(task_for_harness(task), obs)
+        state = harness.start(task_for_harness(task, public_seed=getattr(run.benchmark, "public_seed", False)), obs)
         for action in actions:
             if obs.done:
                 break

@@ -376,8 +376,8 @@ def _start(lv: _Live, benchmark) -> None:
         lv.env = benchmark.env(lv.episode.task)
         lv.obs = lv.env.reset()
         with harness_deadline():
-            lv.state = lv.harness.start(task_for_harness(lv.episode.task, getattr(benchmark, "harness_hints", None)),
-                                        lv.obs)
+            lv.state = lv.harness.start(task_for_harness(lv.episode.task, getattr(benchmark, "harness_hints", None),
+                                                         getattr(benchmark, "public_seed", False)), lv.obs)
     except BenchmarkError:
         raise
     except Exception as exc:

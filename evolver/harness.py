@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import secrets
 import importlib.util
 import sys
 from dataclasses import dataclass, field
@@ -114,10 +115,18 @@ def _run_skill_script(skill: Skill | None, script: str, args: list[str], stdin: 
     return res.stdout.strip() if res.returncode == 0 and not res.timed_out else ""
 
 
-def task_for_harness(task: Task, hints: dict | None = None) -> Task:
-    """The task as a harness gets it: without its gold answer (that is for the scorer and diagnosis), its
-    ``hints`` over the benchmark's ``hints`` (``Benchmark.harness_hints``)."""
-    return dataclasses.replace(task, gold=None, hints={**(hints or {}), **(task.hints or {})})
+_TASK_SALT = secrets.token_bytes(16)  # per process: a harness cannot hash known ids to find its task's
+
+
+def task_for_harness(task: Task, hints: dict | None = None, public_seed: bool = False) -> Task:
+    """The task as a harness gets it: the prompt, category, split, step limit, tools and ``hints`` (over the
+    benchmark's ``harness_hints``). Not its gold answer (for the scorer and the diagnosis), nor what would
+    let code regenerate the instance and recompute the answer: the seed and ``meta`` are blanked unless the
+    benchmark declares them public (``Benchmark.public_seed``), and the id is an opaque token, stable within
+    a process, that names no seed or index."""
+    opaque = "task-" + hashlib.sha256(_TASK_SALT + task.id.encode()).hexdigest()[:16]
+    return dataclasses.replace(task, gold=None, hints={**(hints or {}), **(task.hints or {})},
+                               **({} if public_seed else {"id": opaque, "seed": 0, "meta": {}}))
 
 
 class HarnessLoadError(EvolverError):

@@ -30,7 +30,7 @@ import traceback
 from typing import Any
 
 from evolver.errors import EvolverError
-from evolver.harness import Action, ProgramContext, task_for_harness
+from evolver.harness import Action, ProgramContext
 from evolver.types import (ChoiceRequest, ChoiceResult, GenRequest, GenResult, Message, Observation,
                            Program, Task)
 
@@ -106,7 +106,8 @@ class SandboxedHarness:
 
     # The interface the evaluator drives.
     def start(self, task: Task, obs: Observation):
-        return self._call("start", task=_plain(task_for_harness(task)), obs=_plain(obs))
+        # The caller hands over task_for_harness(task); the gold answer is dropped again, whoever called.
+        return self._call("start", task=_plain(dataclasses.replace(task, gold=None)), obs=_plain(obs))
 
     def next_call(self, state, obs: Observation):
         return decode_request(self._call("next_call", state=state, obs=_plain(obs)))

@@ -203,3 +203,35 @@ def test_gen_results_survive_the_pipe():
     assert decode_result(encode_result(res)) == res
     choice = ChoiceResult(index=1, scores=[0.1, 0.9])
     assert decode_result(encode_result(choice)) == choice
+
+
+def test_a_harness_gets_no_seed_meta_or_real_id_to_regenerate_its_task_from(tmp_path):
+    # The attack: import the benchmark under another spelling, rebuild the split, find the task being played
+    # by its id, seed or meta, and play the rebuilt task's answer. The harness reports what it was handed.
+    import json
+
+    import toybench
+    from evolver.backends.scripted import ScriptedBackend
+    from evolver.benchmarks.basic import BasicBenchmark
+    from evolver.harness import task_for_harness
+
+    spy = SEED.replace("    def parse(self, state, obs, request, result):\n", (
+        "    def parse(self, state, obs, request, result):\n"
+        "        import importlib, json\n"
+        "        t = state['task']\n"
+        "        bench = importlib.import_module('evolver.bench' + 'marks.ba' + 'sic').BasicBenchmark()\n"
+        "        twins = [c for c in bench.tasks(t.split, 3) if c.id == t.id or (t.seed and c.seed == t.seed)]\n"
+        "        stolen = twins[0].gold if twins else (t.meta or {}).get('answer')\n"
+        "        return Action(env_action=json.dumps([t.id, t.seed, t.meta, stolen]))\n"), 1)
+    bench = BasicBenchmark(categories=["arithmetic", "kb-hops"])
+    tasks = bench.tasks("dev", 2)
+    (eps,) = evaluate_many([(program_context(program(tmp_path, spy)), tasks)], bench,
+                           ScriptedBackend(rule=toybench.make_rule()))
+    for task, ep in zip(tasks, eps):
+        seen_id, seed, meta, stolen = json.loads(ep.steps[0].action)
+        assert seen_id != task.id and seen_id.startswith("task-")
+        assert seed == 0 and meta == {} and stolen is None and ep.score == 0.0
+    # Within a process the token is stable (a harness may key its own memory by it), and distinct per task.
+    assert task_for_harness(tasks[0]).id == task_for_harness(tasks[0]).id != task_for_harness(tasks[1]).id
+    # A benchmark that declares its seeds public hands them over.
+    assert task_for_harness(tasks[0], public_seed=True).seed == tasks[0].seed

@@ -26,7 +26,8 @@ SEED = Path(%(seed)r).read_text()
 STEAL = """    def parse(self, state, obs, request, result):
         import gc
         for o in gc.get_objects():  # the evaluator's Task objects, if they share this process
-            if type(o).__name__ == "Task" and getattr(o, "id", None) == state["task"].id:
+            # (by prompt: the id a harness gets is an opaque token)
+            if type(o).__name__ == "Task" and getattr(o, "prompt", None) == state["task"].prompt:
                 answer = getattr(o, "go" + "ld", None)
                 if answer:
                     return Action(env_action=str(answer))

@@ -9,7 +9,7 @@ Tasks and splits
 - ``tasks(split)`` is deterministic for a given configuration: the same ids every call.
 - ``train`` / ``dev`` / ``test`` never share a task; ``test`` is only used for final reports.
 - ``Task.gold`` is for the scorer, the failure diagnosis and imitation; the harness never sees it
-  (it gets ``gold=None``). The demonstration convention: a training task whose ``gold`` is a list of
+  (it gets ``gold=None``), nor the task's ``seed``, ``meta`` or real id unless ``public_seed`` says so. The demonstration convention: a training task whose ``gold`` is a list of
   action strings that solves it from ``reset()`` is a demonstration (``Benchmark.demonstration``;
   imitation, SFT and SKILLRL replay it). Override ``demonstration`` when gold has another shape.
 
@@ -105,6 +105,10 @@ class Benchmark(abc.ABC):
     #: How the harness should present every task (``Task.hints`` overrides per task): ``preset``,
     #: ``system_prompt``, ``observation_tokens``, ``reply_tokens``, ``actions_tokens`` (see the module docstring).
     harness_hints: dict = {}
+    #: Whether a harness may see each task's real id, ``seed`` and ``meta``. Off: it gets an opaque id and
+    #: neither, so code that imports this benchmark cannot regenerate the instance it plays and recompute
+    #: the answer. Turn it on only where the seed gives nothing away (a public game's seed, say).
+    public_seed: bool = False
     #: The most Envs this benchmark can have open at once (None: the evaluator's ``max_live``).
     max_live: int | None = None
 

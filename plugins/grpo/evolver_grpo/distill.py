@@ -154,7 +154,8 @@ class Privileged:
             try:
                 obs = env.reset()
                 hints = getattr(self.run.benchmark, "harness_hints", None)
-                state = self._harness.start(task_for_harness(task, hints), obs)
+                state = self._harness.start(task_for_harness(task, hints, getattr(self.run.benchmark, "public_seed", False)),
+                                            obs)
                 request = self._harness.next_call(state, obs)
             finally:
                 env.close()
