@@ -155,3 +155,23 @@ def test_a_long_action_list_shows_the_actions_nearest_the_task_and_still_lets_an
     # Lists within the budget are shown whole, in the environment's order.
     short = h.next_call(state, Observation("A kitchen.", actions=actions[:3])).messages[1].content
     assert "Valid actions: look at thing 0, look at thing 1, look at thing 2\n" in short
+
+
+def test_an_observer_gets_as_many_valid_actions_as_one_argument_can_carry(tmp_path):
+    root = tmp_path / "seed"
+    shutil.copytree(SEED_DIR, root)
+    skill = root / "skills" / "counter"
+    (skill / "scripts").mkdir(parents=True)
+    (skill / "SKILL.md").write_text("---\nname: counter\ndescription: Use to count the valid actions.\nmetadata:\n"
+                                    "  observe: scripts/count.py\n  observe_actions: true\n---\nCounts them.\n")
+    (skill / "scripts" / "count.py").write_text(
+        "import json, sys\nprint('got', len(json.loads(sys.argv[sys.argv.index('--actions') + 1])))\n")
+    harness = make_harness(program_context(Program("seed", "c0ffee", str(root), "hseed")))
+    actions = [f"move the {i}th very long named object into the {i}th container" for i in range(4000)]  # ~250 KB
+    state = harness.start(Task("t", "b", "train", "c", prompt="Move things."), Observation("A room."))
+    harness.next_call(state, Observation("A room.", actions=actions))
+    got = int(state["observed"]["counter"].split()[-1])
+    assert 1000 < got < len(actions)  # the first ones, as many as fit; not none (the kernel would refuse it all)
+    harness.observe(state, Action(env_action="look"), "A room.")
+    harness.next_call(state, Observation("A room.", actions=actions[:5]))
+    assert state["observed"]["counter"].endswith("got 5")

@@ -59,6 +59,7 @@ CHAT_TOKENS = 256  # output budget per reply in the chat and tool-calling preset
 TOOLS_TOKENS = 3000  # the tool descriptions' share of the system prompt (hint: tools_tokens)
 CHAT_TURNS = 24  # chat turns kept in full; older ones are dropped with a marker (hint: max_turns)
 ACTIONS_TOKENS = 400  # the valid actions' share of a text game's prompt (hint: actions_tokens)
+ARGV_CHARS = 100_000  # the valid actions an observer gets as one argument, at most (MAX_ARG_STRLEN is 128 KiB)
 
 
 class Harness:
@@ -91,7 +92,10 @@ class Harness:
             if not script or (when and not re.search(when, text, re.I)):
                 continue
             wants = self.metadata(skill).get("observe_actions")
-            args = ["--actions", json.dumps(list(actions))] if wants and actions else []
+            listed = list(actions or []) if wants else []
+            while len(json.dumps(listed)) > ARGV_CHARS:  # the kernel refuses one argument over 128 KiB
+                listed = listed[:len(listed) * 3 // 4]
+            args = ["--actions", json.dumps(listed)] if listed else []
             out = self.program.run_skill(skill.name, script, args=args, stdin=text)
             if out:
                 state["observed"][skill.name] = f"[{skill.name}] {out[:NOTE_CHARS]}"
