@@ -95,6 +95,7 @@ class ScienceWorld(Benchmark):
         self.pool = EnvPool(_start_world, int(pool_size), alive=_alive)
         self.max_live = int(pool_size)  # one JVM per live episode: sharing one means replaying
         self._meta: dict[str, dict] = {}  # task type -> variations per split and step limit
+        self._prompts: dict[tuple[str, int], str] = {}  # (task type, variation) -> its task description
         self._lock = threading.Lock()
         self.max_steps = MAX_STEPS
 
@@ -134,13 +135,13 @@ class ScienceWorld(Benchmark):
         return out
 
     def _prompt(self, name: str, variation: int) -> str:
-        key = f"prompt/{name}/{variation}"
-        if key not in self._meta:
+        key = (name, variation)
+        if key not in self._prompts:
             def read(world):
                 world.load(name, variation, self.simplification)
                 return world.get_task_description().strip()
-            self._meta[key] = self._with_world(read)
-        return self._meta[key]
+            self._prompts[key] = self._with_world(read)
+        return self._prompts[key]
 
     def env(self, task: Task) -> WorldEnv:
         return WorldEnv(self, task)
