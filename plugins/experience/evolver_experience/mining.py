@@ -52,7 +52,7 @@ def episode_cases(episode: Episode, limit: int | None = None, first: str = "") -
     steps = [s for s in episode.steps if s.action and not s.tool_calls and not s.error]
     rewards = [s.reward or 0.0 for s in steps]
     ended = bool(limit) and not episode.won and 0 < len(episode.steps) < limit
-    out, score, obs, prev = [], 0.0, "", ""
+    out, score, obs, prev, earlier = [], 0.0, "", "", []
     for i, step in enumerate(steps):
         delta = rewards[i] - score
         value = 1.0 if delta > EPS else -1.0 if delta < -EPS else 0.0
@@ -65,10 +65,11 @@ def episode_cases(episode: Episode, limit: int | None = None, first: str = "") -
             ahead = next((k for k in range(i + 1, len(steps)) if rewards[k] > rewards[k - 1] + EPS), None)
             value = WON_STEP * WON_DISCOUNT ** (ahead - i - 1) if ahead is not None else 0.0
         if value:
-            state = (head, obs[:TEXT_CHARS], prev)
+            state = (head, obs[:TEXT_CHARS], prev, " ".join(earlier[:-1]))
             out.append(Case(task_text(head), obs[:TEXT_CHARS], prev, step.action, value,
                             codes(step.action, state)))
         score, obs, prev = rewards[i], step.observation or "", step.action
+        earlier.append(obs)
     return out
 
 

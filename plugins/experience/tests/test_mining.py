@@ -95,6 +95,58 @@ def test_a_state_that_matches_nothing_yields_no_note(tmp_path):
     assert observe.note(alien, ["take flour", "break eggs"], data) == ""
 
 
+def data_of(cases):
+    """Observe's loaded data of ``cases`` (as ``observe.load`` builds it from the skill's file)."""
+    data = mining.encode(cases)
+    data["bags"] = [observe.bag(t) for t in data["texts"]]
+    data["norms"] = [observe.norm(b) for b in data["bags"]]
+    return data
+
+
+def case(task, obs, prev, action, value, earlier=""):
+    state = (task, obs, prev, earlier)
+    return mining.Case(observe.task_text(task), obs, prev, action, value, observe.codes(action, state))
+
+
+def test_one_state_that_matches_exactly_outvotes_many_that_share_only_the_task():
+    task = "Cook a meal from the recipe in the kitchen."
+    exact = case(task, "The meal is ready.", "prepare meal", "eat meal", 1.0)
+    # a dozen other states of the same task, each of them voting half a point for closing the fridge
+    crowd = [case(task, f"The meal is ready, item {i}.", f"prepare dish {i}", "close fridge", 0.5)
+             for i in range(12)]
+    data = data_of([exact] + crowd)
+    text = f"{task}\n\nYou are in the kitchen.\n> prepare meal\nThe meal is ready."
+    near = observe.neighbours(data, observe.parse(text))
+    assert len(near) > 6  # the crowd is near enough to count
+    assert next_move(observe.note(text, ["close fridge", "eat meal"], data)) == "eat meal"
+
+
+def test_a_word_only_an_earlier_observation_holds_is_part_of_the_move():
+    task = "Prepare the dish the recipe in the book asks for."
+    text = (f"{task}\n\nA kitchen.\n> read book\nRecipe: slice the pepper.\n> take pepper\n"
+            "You take the pepper.")
+    state = observe.parse(text)
+    assert state[3].strip() == "Recipe: slice the pepper."
+    assert observe.codes("slice pepper", state) == "e ope"
+    # what a case read earlier tells its moves apart: the recipe said "slice", so slicing is the move
+    cases = [case(task, "You take the onion.", "take onion", "slice onion", 1.0, "Recipe: slice the onion."),
+             case(task, "You take the onion.", "take onion", "fry onion", -1.0, "Recipe: slice the onion.")]
+    note = observe.note(text, ["fry pepper", "slice pepper"], data_of(cases))
+    assert next_move(note) == "slice pepper" and "Avoid: fry pepper." in note
+
+
+def test_which_of_the_rooms_containers_a_move_named_is_what_it_teaches():
+    task = "Put things where they belong. Here are a chest of drawers, a bed and a dressing table."
+    seen = case(task, "You take the shirt.", "take shirt", "put shirt in chest of drawers", 1.0)
+    assert observe.template(seen.action, seen.codes) == ["put", "{o}", "in", "chest", "of", "drawers"]
+    text = f"{task}\n\nA bedroom.\n> take jumper\nYou take the jumper."
+    actions = ["put jumper in bed", "put jumper in dressing table", "put jumper in chest of drawers"]
+    data, state = data_of([seen]), observe.parse(text)
+    ranked = observe.rank(data, observe.neighbours(data, state), state, actions)
+    assert ranked[0] == (pytest.approx(1.0), "put jumper in chest of drawers")
+    assert [v for v, _ in ranked[1:]] == [0.0, 0.0]
+
+
 def test_the_observe_script_runs_alone_on_stdin_with_the_valid_actions(tmp_path):
     bench = DoorBench()
     folder, _ = skill_from(tmp_path, mining.demonstrated(bench, bench.tasks("train", 6)))

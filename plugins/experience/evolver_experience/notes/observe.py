@@ -6,10 +6,12 @@ Written by evolver's skill miner (``evolver_experience.mining``) into a skill fo
 each action as ``> action`` and what came back) and, with ``--actions JSON``, the valid actions of this
 step. A state is three texts: the task (its first words), the latest observation and the last action;
 each is a bag of words compared by cosine, and their weighted sum finds the nearest cases. Every valid
-action then scores the sum over those cases of (similarity x value x how alike the two actions are),
+action then scores the sum over those cases of (weight x value x how alike the two actions are), a
+case's weight falling sharply with its distance from the nearest one's similarity,
 where a case's value is +1 when its action raised the score, -1 when it lowered it, and up to +0.5
 when it was a step of an episode that was won (``evolver_experience.mining`` says how much); two actions are alike when their words are the same or copy the
-same part of their own states (:func:`codes`), so what was learnt on one object carries to another. Prints "Next: ACTION." for the best positive action and
+same part of their own states (:func:`codes`, which also reads the episode's earlier observations),
+so what was learnt on one object carries to another. Prints "Next: ACTION." for the best positive action and
 "Avoid: ..." for the negative ones; nothing when no case is near enough. Standard library only, so one
 call costs milliseconds.
 """
@@ -27,7 +29,12 @@ TEXT_CHARS = 400  # an observation's share of a state
 WEIGHTS = (0.25, 0.45, 0.30)  # task, observation, last action
 MIN_SIMILARITY = 0.5  # a state less alike than this is no evidence
 NEIGHBOURS = 12
-SOURCE_WEIGHT = {"o": 1.0, "p": 1.0, "t": 0.5}  # the task holds more words than it asks for
+# A neighbour's vote falls by e^-SHARPNESS per unit of similarity below the nearest one's: one state
+# that matches exactly outvotes a dozen that share only the task's words.
+SHARPNESS = 20.0
+# Where an action's words come from (:func:`codes`): the latest observation, the last action, the task,
+# an earlier observation. The task and the earlier observations hold more words than a move uses.
+SOURCE_WEIGHT = {"o": 1.0, "p": 1.0, "t": 0.5, "e": 1.0}
 MIN_ACTION_MATCH = 0.75  # two actions this alike (word cosine) share their evidence, scaled by the match
 
 
@@ -55,12 +62,14 @@ def task_text(text: str) -> str:
 
 
 def parse(transcript: str) -> tuple:
-    """(task, last observation, last action) of a transcript; the task is its whole opening text."""
+    """(task, last observation, last action, earlier observations) of a transcript; the task is its
+    whole opening text."""
     parts = transcript.split("\n> ")
     if len(parts) == 1:
-        return parts[0], "", ""
+        return parts[0], "", "", ""
     action, _, said = parts[-1].partition("\n")
-    return parts[0], said[:TEXT_CHARS], action.strip()
+    earlier = " ".join(p.partition("\n")[2] for p in parts[1:-1])
+    return parts[0], said[:TEXT_CHARS], action.strip(), earlier
 
 
 def load(path: Path = DATA) -> dict:
@@ -97,24 +106,29 @@ def neighbours(data: dict, state: tuple) -> list:
 
 def codes(action: str, state: tuple) -> str:
     """Where each word of ``action`` comes from in its state, one token a word: the letters of the parts
-    that hold it (``o`` the latest observation, ``p`` the last action, ``t`` the task), ``-`` none.
+    that hold it (``o`` the latest observation, ``p`` the last action, ``t`` the task, ``e`` an earlier
+    observation: the recipe read three moves ago), ``-`` none.
     Two actions whose words differ only where both copy the same part of their own state ("take papaya"
     after "...take the papaya." and "take peach" after "...take the peach.") are the same move, so a
     case teaches states with other objects in them."""
-    sources = [set(WORD.findall(part.lower())) for part in (state[1], state[2], state[0])]
+    parts = (state[1], state[2], state[0], state[3] if len(state) > 3 else "")
+    sources = [set(WORD.findall(part.lower())) for part in parts]
     out = []
     for w in action.lower().split():
         w = "".join(WORD.findall(w))
-        out.append("".join(c for c, words in zip("opt", sources) if w in words) or "-")
+        out.append("".join(c for c, words in zip("opte", sources) if w in words) or "-")
     return " ".join(out)
 
 
 def template(action: str, action_codes: str) -> list:
-    """The action as a move: its own words, with each run of words copied from the same part of the
-    state folded into one slot ("take clean brown shirt" after a room that lists it: ["take", "{o}"])."""
+    """The action as a move: its own words, with each run of words copied from the latest observation
+    or the last action folded into one slot ("take clean brown shirt" after "You see a clean brown
+    shirt.": ["take", "{o}"]). A word only the task or an earlier observation holds stays itself: they
+    list every container in the room, and which one the move named is what it teaches ("put {o} in
+    wardrobe", not "put {o} in {t}")."""
     out: list = []
     for w, c in zip(action.lower().split(), action_codes.split()):
-        slot = "{%s}" % c[0] if c != "-" else w
+        slot = "{%s}" % c[0] if c.strip("te-") else w
         if c == "-" or not out or out[-1] != slot:
             out.append(slot)
     return out
@@ -148,6 +162,8 @@ def alike(a: str, a_codes: str, b: str, b_codes: str) -> float:
 def rank(data: dict, near: list, state: tuple, actions: list | None) -> list:
     """[(score, action)] best first: the valid actions when given, else the cases' own actions."""
     texts = data["texts"]
+    top = near[0][0] if near else 0.0
+    near = [(math.exp((s - top) * SHARPNESS), case) for s, case in near]
     if not actions:
         evidence: dict = {}
         for s, case in near:
