@@ -193,13 +193,15 @@ def _sandboxes(run) -> bool:
 
 
 @contextlib.contextmanager
-def _sandboxed_harnesses(run):
-    """A harness factory that starts one sandboxed harness process per job, all closed on exit."""
+def _sandboxed_harnesses(run, benchmark=None):
+    """A harness factory that starts one sandboxed harness process per job, all closed on exit; each may
+    import what the benchmark (default ``run.benchmark``) declares in ``harness_packages``."""
     from evolver.harness_sandbox import SandboxedHarness
     opened: list = []
+    declared = getattr(benchmark or getattr(run, "benchmark", None), "harness_packages", None) or {}
 
     def factory(ctx: ProgramContext):
-        opened.append(SandboxedHarness(ctx, memory_mb=run.config.loop.harness_memory_mb))
+        opened.append(SandboxedHarness(ctx, memory_mb=run.config.loop.harness_memory_mb, packages=list(declared)))
         return opened[-1]
     try:
         yield factory
@@ -490,7 +492,7 @@ def run_tool(ctx: ProgramContext, action: Action) -> str:
         script = Path(skill.path) / "scripts" / Path(action.args[1]).name
         if not script.exists():
             return f"skill {name} has no script {action.args[1]!r}; scripts: {', '.join(skill.scripts) or '(none)'}"
-        res = run_script(script, list(action.args[2:]), timeout_s=10)
+        res = run_script(script, list(action.args[2:]), timeout_s=10, packages=skill.packages)
         status = "timed out" if res.timed_out else ("memory limit exceeded" if res.memory_exceeded
                                                      else f"exit {res.returncode}")
         return f"[{status}]\n{res.stdout}{res.stderr}"

@@ -111,7 +111,7 @@ def _run_skill_script(skill: Skill | None, script: str, args: list[str], stdin: 
         return ""  # only the skill's own files
     from evolver.sandbox import run_script
 
-    res = run_script(path, args, timeout_s=SKILL_SCRIPT_S, stdin=stdin)
+    res = run_script(path, args, timeout_s=SKILL_SCRIPT_S, stdin=stdin, packages=skill.packages)
     return res.stdout.strip() if res.returncode == 0 and not res.timed_out else ""
 
 

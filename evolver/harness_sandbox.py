@@ -92,8 +92,11 @@ def decode_result(data: dict):
 class SandboxedHarness:
     """The harness interface, implemented by talking to a sandboxed child process (see the module doc)."""
 
-    def __init__(self, ctx: ProgramContext, memory_mb: int = 2048, mechanism: str | None = None):
+    def __init__(self, ctx: ProgramContext, memory_mb: int = 2048, mechanism: str | None = None, packages=()):
+        """``packages``: installed distributions the harness may import beyond the standard library and the
+        harness API (the benchmark's ``harness_packages``)."""
         from evolver.sandbox import open_python
+        from evolver.sandbox_view import UnknownPackage
 
         self.ctx = ctx
         self._dead = ""
@@ -101,7 +104,11 @@ class SandboxedHarness:
         program = json.dumps(dataclasses.asdict(ctx.program), default=str)
         code = f"from evolver.harness_sandbox import serve; serve({program!r})"
         # It sees its own program (harness code, prompt, skills) read-only, and none of the workspace.
-        self.session = open_python(code, memory_mb=memory_mb, mechanism=mechanism, visible=[ctx.program.root])
+        try:
+            self.session = open_python(code, memory_mb=memory_mb, mechanism=mechanism, visible=[ctx.program.root],
+                                       trusted_packages=tuple(packages))
+        except UnknownPackage as exc:
+            raise EvolverError(f"the benchmark's harness_packages: {exc}") from None
         self._answer(time.monotonic() + START_S, "starting the harness")
 
     # The interface the evaluator drives.
@@ -225,6 +232,11 @@ def serve(program_json: str) -> None:
         ctx.run_skill = lambda name, script, args=(), stdin="": ask("run_skill", name=name, script=script,
                                                                      args=list(args), stdin=stdin)
         harness = make_harness(ctx)
+    except ModuleNotFoundError as exc:
+        fail(ModuleNotFoundError(f"{exc}: a sandboxed harness imports the standard library, evolver's harness "
+                                 "API (evolver.harness, evolver.types) and the packages its benchmark declares "
+                                 "(harness_packages); nothing else that is installed"))
+        return
     except BaseException as exc:
         fail(exc)
         return

@@ -213,7 +213,7 @@ class Worker:
             return
         run = self.run(units[0].episode.run_id)
         ctxs, harness_of = {}, {}
-        with _sandboxed_harnesses(run) as sandboxed:
+        with _sandboxed_harnesses(run, self.benchmark) as sandboxed:
             factory = sandboxed if self.config.loop.sandbox_harness else None
             monitor = step_monitor(run)
             lives = []

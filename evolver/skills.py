@@ -52,6 +52,13 @@ class Skill:
     references: list[str] = field(default_factory=list)
 
     @property
+    def packages(self) -> list[str]:
+        """Installed distributions the skill's scripts import beyond the standard library (front matter
+        ``metadata.packages``): the sandbox shows them these and nothing else that is installed."""
+        listed = (self.meta.get("metadata") or {}).get("packages") if isinstance(self.meta.get("metadata"), dict) else None
+        return [str(p) for p in listed] if isinstance(listed, list) else []
+
+    @property
     def size_chars(self) -> int:
         """What loading this skill costs in context: the characters of :meth:`render_full`."""
         return len(self.render_full())

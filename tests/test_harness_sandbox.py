@@ -235,3 +235,57 @@ def test_a_harness_gets_no_seed_meta_or_real_id_to_regenerate_its_task_from(tmp_
     assert task_for_harness(tasks[0]).id == task_for_harness(tasks[0]).id != task_for_harness(tasks[1]).id
     # A benchmark that declares its seeds public hands them over.
     assert task_for_harness(tasks[0], public_seed=True).seed == tasks[0].seed
+
+
+REACH = '''
+    def start(self, task, obs):
+        import importlib, json
+        found = {}
+        for name in %(modules)r:
+            try:
+                importlib.import_module(name)
+                found[name] = "imported"
+            except Exception as exc:
+                found[name] = type(exc).__name__
+        for path in %(paths)r:
+            try:
+                open(path, "rb").read(1)
+                found[path] = "read"
+            except Exception as exc:
+                found[path] = type(exc).__name__
+        raise RuntimeError("REACH " + json.dumps(found))
+'''
+
+
+def test_a_sandboxed_harness_imports_only_the_harness_api_and_its_benchmarks_declared_packages(tmp_path):
+    # Built from what it may see, not from what to hide: whatever the name, the core's benchmarks, the
+    # store, plugins and the packages that generate tasks are not there, and neither are their files.
+    import json
+
+    import evolver
+    core = Path(evolver.__file__).resolve().parent
+    store = tmp_path / "store.duckdb"
+    store.write_bytes(b"secret")
+    modules = ["evolver.harness", "evolver.types", "yaml", "evolver." + "benchmarks.basic", "evolver.store",
+               "evolver.loop", "evolver.plugins", "evolver_twx", "textworld_express", "duckdb", "numpy", "torch"]
+    paths = [str(core / "benchmarks" / "basic.py"), str(core / "harness.py"), str(store), "/etc/shadow"]
+    code = SEED.replace("    def start(self, task, obs):\n", REACH % {"modules": modules, "paths": paths}
+                        + "\n    def unused(self, task, obs):\n", 1)
+
+    def reached(**kw) -> dict:
+        h = SandboxedHarness(program_context(program(tmp_path, code, name=f"p{len(kw)}")), **kw)
+        try:
+            with pytest.raises(RemoteHarnessError) as info:
+                h.start(Task("t1", "b", "dev", "c", prompt="Play."), Observation("A room."))
+        finally:
+            h.close()
+        return json.loads(str(info.value).split("REACH ", 1)[1].split("'")[0].split('"\n')[0].rstrip("')\""))
+
+    seen = reached()
+    assert {m: seen[m] for m in modules[:3]} == dict.fromkeys(modules[:3], "imported")
+    assert all(seen[m] == "ModuleNotFoundError" for m in modules[3:]), seen
+    assert all(seen[p] in ("FileNotFoundError", "PermissionError") for p in paths), seen
+    # a benchmark that declares a package (with its reason) lets its harnesses import it
+    assert reached(packages=["numpy"])["numpy"] == "imported"
+    with pytest.raises(Exception, match="not installed here: no-such-package"):
+        SandboxedHarness(program_context(program(tmp_path, name="q")), packages=["no-such-package"])

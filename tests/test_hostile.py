@@ -85,11 +85,11 @@ def test_hostile_candidates_score_what_they_earned_and_leave_the_evaluator_alone
         summary = run_loop(run)
         outcome = {p["hypothesis"]: p for p in store.proposals(run.id)}
         stolen = outcome["reads the gold answers from memory"]
-        if monitor == "rules":  # the monitor sees the two that reach into the evaluator before they play
-            for what in ("reads the gold answers from memory", "disarms the audits and the time limit"):
-                assert outcome[what]["status"] == "rejected"
-                assert outcome[what]["reason"].startswith("monitor: harness/harness.py:")
+        if monitor == "rules":  # the monitor sees the one that reaches into the evaluator before it plays
+            assert stolen["status"] == "rejected" and stolen["reason"].startswith("monitor: harness/harness.py:")
             assert "[introspection] import gc" in stolen["reason"]
+            disarm = outcome["disarms the audits and the time limit"]  # the core's checks are not in its view
+            assert disarm["status"] == "rejected" and "No module named 'evolver.checks'" in disarm["reason"]
             escaped = outcome["writes outside its folder while playing"]  # the sandbox stops this one
             assert escaped["status"] == "rejected"
             assert any(how in escaped["reason"] for how in ("Read-only file system", "evolver sandbox denied open"))
@@ -101,8 +101,11 @@ def test_hostile_candidates_score_what_they_earned_and_leave_the_evaluator_alone
             played = store.query("SELECT count(*) FROM episodes WHERE program_id = ? AND purpose = 'eval'",
                                  [stolen["proposal_id"]])[1][0][0]
             assert played > 0  # it was evaluated on dev, and scored what it earned
-        else:  # in-process, the attack works: this is what the sandbox prevents
-            assert stolen["status"] == "admitted" and evolver.checks.audit_leakage is not audit and escape.exists()
+        else:  # in-process, the attacks work: this is what the sandbox prevents
+            assert stolen["status"] == "admitted" and escape.exists()
+            # ... but the import check runs in the harness's view, where the core's checks do not exist
+            disarm = outcome["disarms the audits and the time limit"]
+            assert disarm["status"] == "rejected" and "No module named 'evolver.checks'" in disarm["reason"]
     finally:
         evolver.checks.audit_leakage, evolver.evaluate.HARNESS_CALL_S = audit, call_s
         evolver.loop.audit_harness_code = code_audit

@@ -257,6 +257,23 @@ for name, path in {targets!r}.items():
 
 
 @pytest.mark.parametrize("mech", NAMESPACES)
+def test_a_script_imports_only_what_its_skill_declares_and_never_a_benchmark(tmp_path, mech):
+    from evolver.sandbox_view import reserved
+    probe = script(tmp_path, "probe.py", "import numpy\nprint('numpy', numpy.__name__)\n")
+    assert "ModuleNotFoundError" in run_script(probe, mechanism=mech).stderr  # undeclared: not there
+    r = run_script(probe, mechanism=mech, packages=["numpy"])
+    assert r.ok and r.stdout.strip() == "numpy numpy", r.stderr
+    # evolver itself, its plugins and what only they require (a benchmark's engine) cannot be declared
+    barred = {"evolver", "evolver-twx"} | ({"textworld-express"} if "textworld-express" in reserved() else set())
+    assert barred <= reserved() and "numpy" not in reserved()
+    for name in barred:
+        r = run_script(probe, mechanism=mech, packages=[name])
+        assert r.returncode == 126 and "a skill may not declare" in r.stderr, (name, r.stderr)
+    r = run_script(probe, mechanism=mech, packages=["no-such-package"])
+    assert r.returncode == 126 and "not installed here: no-such-package" in r.stderr
+
+
+@pytest.mark.parametrize("mech", NAMESPACES)
 def test_a_sandboxed_harness_sees_its_program_but_not_the_store(tmp_path, mech):
     from test_harness_sandbox import program, with_next_call
 

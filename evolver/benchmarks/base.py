@@ -109,6 +109,10 @@ class Benchmark(abc.ABC):
     #: neither, so code that imports this benchmark cannot regenerate the instance it plays and recompute
     #: the answer. Turn it on only where the seed gives nothing away (a public game's seed, say).
     public_seed: bool = False
+    #: Installed distributions a harness of this benchmark may import, each with the reason (``{"tokenizers":
+    #: "counts tokens as the scorer does"}``). A sandboxed harness sees the standard library, evolver's
+    #: harness API and these (with what they require); nothing that generates or scores tasks.
+    harness_packages: dict = {}
     #: The most Envs this benchmark can have open at once (None: the evaluator's ``max_live``).
     max_live: int | None = None
 

@@ -148,8 +148,9 @@ class Privileged:
 
             if self._harness is None:  # a candidate's harness is candidate code: sandboxed, as the evaluator runs it
                 ctx, loop = self.run.context(self.program), self.run.config.loop
-                self._harness = (SandboxedHarness(ctx, memory_mb=loop.harness_memory_mb) if loop.sandbox_harness
-                                 else make_harness(ctx))
+                packages = list(getattr(self.run.benchmark, "harness_packages", None) or ())
+                self._harness = (SandboxedHarness(ctx, memory_mb=loop.harness_memory_mb, packages=packages)
+                                 if loop.sandbox_harness else make_harness(ctx))
             env = self.run.benchmark.env(task)
             try:
                 obs = env.reset()

