@@ -387,8 +387,13 @@ def _check(run: Run, it: int, parent: Program, drafts: list[Draft], data: dict,
                   check_skill_files(Path(d.path), task_texts=task_texts, parent_root=parent_root) or
                   check_harness_import(Path(d.path)) or
                   audit_leakage(Path(d.path), d.forbidden, d.forbidden_sequences, parent_root, tasks=shown) or
-                  audit_harness_code(Path(d.path), parent_root) or
-                  monitor.review(run.backend("judge"), Path(d.path), parent_root, run.config.loop.monitor))
+                  audit_harness_code(Path(d.path), parent_root))
+        if not reason:
+            reason, verdict = monitor.verdict(lambda: run.backend("judge"), Path(d.path), parent_root,
+                                              run.config.loop.monitor)
+            if verdict:  # kept whatever the judge said: the report counts flags confirmed and cleared
+                d.proposal.detail = {**(d.proposal.detail or {}), "monitor": verdict}
+                run.store.update_proposal(d.candidate_id, "proposed", "", detail=d.proposal.detail)
         if reason:
             _reject(run, it, d, reason)
         else:

@@ -146,16 +146,27 @@ def _why(rule: str) -> str:
 def review(backend, root: Path, parent_root: Path | None, mode: str = "judge") -> str:
     """The monitor's reason to reject a candidate, or "": ``mode`` "judge" rejects flagged code the judge
     confirms, "rules" every flagged code, "off" nothing."""
+    return verdict(backend, root, parent_root, mode)[0]
+
+
+def verdict(backend, root: Path, parent_root: Path | None, mode: str = "judge") -> tuple[str, dict | None]:
+    """:func:`review`'s reason, and what to record of it when the rules flagged anything (else None):
+    ``flags`` (how many), ``confirmed`` (the judge's verdict; True in "rules" mode, where every flag
+    rejects), ``judge`` (its model, "judge" mode only) and ``reply``. ``backend`` may be a callable that
+    returns the judge, so no judge is loaded for code that raises no flag."""
     if mode == "off":
-        return ""
+        return "", None
     flags = scan(root, parent_root)
     if not flags:
-        return ""
+        return "", None
     listed = "; ".join(map(str, flags[:3])) + (f"; and {len(flags) - 3} more" if len(flags) > 3 else "")
     if mode == "rules":
-        return f"monitor: {listed}"
-    confirmed, reply = confirm(backend, root, flags)
-    return f"monitor (confirmed by the judge: {reply[:160]!r}): {listed}" if confirmed else ""
+        return f"monitor: {listed}", {"flags": len(flags), "confirmed": True}
+    judge = backend if hasattr(backend, "generate") else backend()
+    confirmed, reply = confirm(judge, root, flags)
+    record = {"flags": len(flags), "confirmed": confirmed, "judge": str(getattr(judge, "model", "") or judge.name),
+              "reply": reply[:300]}
+    return (f"monitor (confirmed by the judge: {reply[:160]!r}): {listed}" if confirmed else ""), record
 
 
 BLOCKED = "[blocked by the monitor: this action reaches for what the task does not give; nothing was done]"

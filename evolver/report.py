@@ -153,8 +153,18 @@ def monitor_lines(run, proposals: list[dict]) -> list[str]:
     tool calls it flagged, confirmed and blocked while they played."""
     mode = run.config.loop.monitor
     rejected = sum(1 for r in proposals if (r.get("reason") or "").startswith("monitor"))
+    verdicts = [v for r in proposals if isinstance(v := (r.get("detail") or {}).get("monitor"), dict)]
+    confirmed = sum(1 for v in verdicts if v.get("confirmed"))
+    role = run.config.roles.get("judge")
+    judges = sorted({v["judge"] for v in verdicts if v.get("judge")})
+    named = ", ".join(judges) or (f"{role.backend}: {role.model or 'the embedded SmolLM2-135M-Instruct'}"
+                                  if role else "none")
+    who = (f" The judge ({named}; `[roles.judge]` names another) confirmed {confirmed} and cleared "
+           f"{len(verdicts) - confirmed}." if mode == "judge" else
+           " In `rules` mode every flag rejects; no judge is asked." if mode == "rules" else "")
     counts = run.store.monitor_counts(run.id)
-    lines = ["", "## Monitor", "", f"Mode `{mode}`. Candidates whose code it rejected: {rejected}. "
+    lines = ["", "## Monitor", "", f"Mode `{mode}`. Candidates whose code its rules flagged: {len(verdicts)}.{who} "
+             f"Candidates whose code it rejected: {rejected}. "
              + ("Steps it flagged while programs played:" if counts else "No action or tool call was flagged.")]
     if counts:
         lines += ["", "| program | flagged | confirmed | blocked |", "|---|---|---|---|"]

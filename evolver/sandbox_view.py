@@ -123,19 +123,26 @@ def package_mounts(packages: tuple[str, ...], trusted: bool = False) -> tuple[tu
 _API_PREFIX = "evolver-api-"
 
 
+def _process_folder(prefix: str) -> str:
+    """A new temporary folder ``<prefix><pid>-*`` removed when this process exits; those that processes
+    now gone left behind are removed first."""
+    import atexit
+    tmp = tempfile.gettempdir()
+    for name in os.listdir(tmp):
+        m = re.fullmatch(re.escape(prefix) + r"(\d+)-\w+", name)
+        if m and not os.path.exists(f"/proc/{m[1]}"):
+            shutil.rmtree(os.path.join(tmp, name), ignore_errors=True)
+    folder = tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-")
+    atexit.register(shutil.rmtree, folder, True)
+    return folder
+
+
 @functools.lru_cache(maxsize=None)
 def _api_folder() -> str:
     """A copy of the :data:`HARNESS_API` modules as package ``evolver``, byte-compiled, made once per
     process (removed at exit): one mount, and none of the core's other modules in it."""
-    import atexit
     import compileall
-    tmp = tempfile.gettempdir()
-    for name in os.listdir(tmp):  # those of evolver processes that are gone
-        m = re.fullmatch(_API_PREFIX + r"(\d+)-\w+", name)
-        if m and not os.path.exists(f"/proc/{m[1]}"):
-            shutil.rmtree(os.path.join(tmp, name), ignore_errors=True)
-    folder = tempfile.mkdtemp(prefix=f"{_API_PREFIX}{os.getpid()}-")
-    atexit.register(shutil.rmtree, folder, True)
+    folder = _process_folder(_API_PREFIX)
     package = os.path.join(folder, "evolver")
     os.mkdir(package)
     here = os.path.dirname(os.path.abspath(__file__))
@@ -187,14 +194,8 @@ _ETC_PREFIX = "evolver-etc-"
 def _mini_etc() -> str:
     """A copy of the few ``/etc`` entries programs need, made once per process (removed at exit): one
     mount instead of one per file (each mount makes every sandbox start slower)."""
-    import atexit
-    tmp = tempfile.gettempdir()
-    for name in os.listdir(tmp):  # those of evolver processes that are gone
-        m = re.fullmatch(_ETC_PREFIX + r"(\d+)-\w+", name)
-        if m and not os.path.exists(f"/proc/{m[1]}"):
-            shutil.rmtree(os.path.join(tmp, name), ignore_errors=True)
-    folder = tempfile.mkdtemp(prefix=f"{_ETC_PREFIX}{os.getpid()}-")
-    atexit.register(shutil.rmtree, folder, True)
+    folder = _process_folder(_ETC_PREFIX)
+
     def private(folder, names):  # what not everyone may read stays out (/etc/ssl/private: keys)
         return [n for n in names if not os.path.islink(os.path.join(folder, n))
                 and not os.stat(os.path.join(folder, n)).st_mode & 0o004]

@@ -88,6 +88,7 @@ def test_hostile_candidates_score_what_they_earned_and_leave_the_evaluator_alone
         if monitor == "rules":  # the monitor sees the one that reaches into the evaluator before it plays
             assert stolen["status"] == "rejected" and stolen["reason"].startswith("monitor: harness/harness.py:")
             assert "[introspection] import gc" in stolen["reason"]
+            assert stolen["detail"]["monitor"]["confirmed"] is True  # what the report counts
             disarm = outcome["disarms the audits and the time limit"]  # the core's checks are not in its view
             assert disarm["status"] == "rejected" and "No module named 'evolver.checks'" in disarm["reason"]
             escaped = outcome["writes outside its folder while playing"]  # the sandbox stops this one

@@ -171,3 +171,29 @@ def test_a_blocked_action_is_not_played_the_episode_goes_on_and_the_verdict_is_s
     assert back.steps[0].monitor == first.monitor and back.steps[1].monitor is None
     assert store.monitor_counts(ep.run_id) == {"p": {"flagged": 1, "confirmed": 1, "blocked": 1}}
     store.close()
+
+
+def test_the_report_counts_the_flags_the_judge_confirmed_and_cleared_and_names_its_model(tmp_path):
+    from types import SimpleNamespace
+
+    from evolver.config import RoleConfig
+    from evolver.monitor import verdict
+    from evolver.report import monitor_lines
+    parent = program(tmp_path, "parent")
+    child = program(tmp_path, "child", ATTACKS["introspection"])
+    judge = ScriptedBackend(["NO: it counts objects for a memory report.", "Yes, it looks for Task objects."],
+                            model="judge-model-7b")
+    cleared, confirmed = verdict(judge, child, parent), verdict(lambda: judge, child, parent)
+    assert cleared == ("", {"flags": 1, "confirmed": False, "judge": "judge-model-7b",
+                            "reply": "NO: it counts objects for a memory report."})
+    assert confirmed[0].startswith("monitor (confirmed") and confirmed[1]["confirmed"] is True
+    assert verdict(judge, parent, parent) == ("", None) and len(judge.calls) == 2  # nothing flagged: no judge
+    assert verdict(judge, child, parent, mode="rules")[1] == {"flags": 1, "confirmed": True}
+    run = SimpleNamespace(id="r", config=SimpleNamespace(loop=SimpleNamespace(monitor="judge"),
+                                                         roles={"judge": RoleConfig(backend="scripted")}),
+                          store=SimpleNamespace(monitor_counts=lambda run_id: {}))
+    proposals = [{"reason": "", "detail": {"monitor": cleared[1]}},
+                 {"reason": confirmed[0], "detail": {"monitor": confirmed[1]}}, {"reason": "", "detail": {}}]
+    text = "\n".join(monitor_lines(run, proposals))
+    assert "Candidates whose code its rules flagged: 2. The judge (judge-model-7b;" in text
+    assert "confirmed 1 and cleared 1." in text and "Candidates whose code it rejected: 1." in text
