@@ -1,11 +1,12 @@
 """How much a mined skill knows, with no model: a player that types the skill's "Next:" move (else a
 random valid action not yet tried in that state) against the random player, on the same dev tasks.
 
-    python bench/mined_notes.py [--benchmark twx] [--demos 20] [--random-rollouts 0] [--dev 10]
+    python bench/mined_notes.py [--benchmark twx] [--demos 20] [--random-rollouts 0] [--dev 10] [--seeds 0]
 
 The skill is mined (evolver_experience.mining) from ``--demos`` demonstrations per category of
 training tasks and ``--random-rollouts`` random-play episodes per category of other training tasks
-(rewards only). Prints per-category mean score for the random player and the note follower.
+(rewards only). Prints per-category mean score for the random player and the note follower, over the
+``--seeds`` of the random choices (the random player's, and the follower's when no note names a move).
 """
 from __future__ import annotations
 
@@ -50,11 +51,11 @@ def main() -> int:
     ap.add_argument("--demos", type=int, default=20)
     ap.add_argument("--random-rollouts", type=int, default=0)
     ap.add_argument("--dev", type=int, default=10)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seeds", default="0", help="comma-separated seeds of the random choices; scores are averaged")
     args = ap.parse_args()
     opts = {"suite": args.suite} if args.benchmark == "twx" else {}
     bench = plugins.make("benchmark", args.benchmark, **opts)
-    rng = random.Random(args.seed)
+    rng = random.Random(0)
     limit = getattr(bench, "max_steps", 20) or 20
 
     def rand(_t, obs, tried):
@@ -92,10 +93,12 @@ def main() -> int:
 
     dev = bench.tasks("dev", per_category=args.dev)
     rows: dict = {}
-    for t in dev:
-        r = play(bench, t, rand, t.max_steps or limit).score
-        f = play(bench, t, follow, t.max_steps or limit).score
-        rows.setdefault(t.category, []).append((r, f))
+    for seed in [int(s) for s in args.seeds.split(",")]:
+        rng.seed(seed)
+        for t in dev:
+            r = play(bench, t, rand, t.max_steps or limit).score
+            f = play(bench, t, follow, t.max_steps or limit).score
+            rows.setdefault(t.category, []).append((r, f))
     print(f"{'category':14} {'random':>8} {'mined notes':>12}")
     for cat, pairs in rows.items():
         print(f"{cat:14} {sum(p[0] for p in pairs) / len(pairs):8.3f} {sum(p[1] for p in pairs) / len(pairs):12.3f}")
