@@ -269,6 +269,13 @@ def test_a_sandboxed_harness_imports_only_the_harness_api_and_its_benchmarks_dec
     modules = ["evolver.harness", "evolver.types", "yaml", "evolver." + "benchmarks.basic", "evolver.store",
                "evolver.loop", "evolver.plugins", "evolver_twx", "textworld_express", "duckdb", "numpy", "torch"]
     paths = [str(core / "benchmarks" / "basic.py"), str(core / "harness.py"), str(store), "/etc/shadow"]
+    try:  # twx's game engine and data files, and its plugin's source (its hand-written pack among them)
+        import evolver_twx
+        import textworld_express
+        twx = Path(textworld_express.__file__).parent
+        paths += [str(twx / "textworld-express.jar"), str(twx / "cooking_world.json"), evolver_twx.__file__]
+    except ImportError:
+        pass
     code = SEED.replace("    def start(self, task, obs):\n", REACH % {"modules": modules, "paths": paths}
                         + "\n    def unused(self, task, obs):\n", 1)
 
