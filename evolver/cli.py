@@ -4,6 +4,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -14,8 +15,8 @@ from evolver import plugins
 from evolver.cli_programs import programs, skills
 from evolver.config import Config, load_config
 from evolver.errors import EvolverError, UnknownNameError
-from evolver.report import latest_report, rewrite, text_table
-from evolver.workspace import open_run, open_workspace
+from evolver.report import latest_report, partial_report, rewrite, text_table
+from evolver.workspace import DB_FILE, open_run, open_workspace
 
 
 class Ctx:
@@ -383,12 +384,26 @@ def traces(obj: Ctx, sql, episode, run_id, limit):
     click.echo(text_table(cols, [[("" if v is None else str(v))[:60] for v in r] for r in rows]))
 
 
+def _loop_run(store, run_id: str | None) -> dict | None:
+    """The run ``run_id`` names, else the latest run ``evolver run`` started: never a proposer's training
+    sub-run (``<run>-<operator>-it<N>``) or an ``evolver eval`` / ``train`` run, unless named."""
+    from evolver.run import LOOP_RUN_ID
+
+    if run_id:
+        row = store.latest_run(pattern=re.escape(run_id))
+        if row is None:
+            raise EvolverError(f"no run {run_id!r} in this store")
+        return row
+    return store.latest_run(pattern=LOOP_RUN_ID)
+
+
 @cli.command()
+@click.argument("run_id", required=False)
 @click.pass_obj
-def frontier(obj: Ctx):
-    """The frontier of the latest run."""
+def frontier(obj: Ctx, run_id):
+    """The frontier of a run (default: the latest that `evolver run` started)."""
     with open_workspace(obj.config())[0] as store:
-        row = store.latest_run()
+        row = _loop_run(store, run_id)
         if row is None:
             raise EvolverError("no run in this store yet: `evolver run` first")
         its = [i for i in store.iterations(row["run_id"]) if i["status"] == "finished"]
@@ -407,9 +422,20 @@ def frontier(obj: Ctx):
 @click.option("--open", "open_html", is_flag=True, help="Open the HTML report in the browser (evolver-ui writes it).")
 @click.pass_obj
 def report(obj: Ctx, run_id, open_html):
-    """Print a run's report (default: the latest finished run) and write its other formats again (HTML,
-    with the evolver-ui plugin) from the store."""
-    md = latest_report(obj.config(), run_id)
+    """Print a run's report (default: the latest that `evolver run` started) and write its other formats
+    again (HTML, with the evolver-ui plugin) from the store. A run that stopped before writing one gets a
+    partial report of what it measured so far."""
+    config = obj.config()
+    if not (Path(config.store) / DB_FILE).exists():
+        md = latest_report(config, run_id)
+    else:
+        with open_workspace(config, read_only=True)[0] as store:
+            row = _loop_run(store, run_id)
+            written = Path(config.store) / "reports" / f"{row['run_id']}.md" if row else None
+            if row is not None and not written.exists():
+                click.echo(partial_report(store, row))
+                return
+        md = written if written is not None else latest_report(config, run_id)
     click.echo(md.read_text())
     written = rewrite(obj.config(), md)
     for name, path in written.items():

@@ -228,6 +228,43 @@ def write_formats(report: ReportContext) -> dict[str, Path]:
     return written
 
 
+def partial_report(store, row: dict) -> str:
+    """What a run that has not written its report (stopped, killed, or still running) measured so far,
+    from the store alone: its dev evaluations per program (the latest of each), its candidates, and
+    the frontier of its last finished iteration. Marked partial: no final test was played."""
+    run_id = row["run_id"]
+    lines = [f"# evolver run {run_id} (partial)", "",
+             f"**Partial report**: the run is `{row['status']}` and wrote no report, so no final test was "
+             "played. What follows is what it measured so far (`evolver run --resume` continues it).", "",
+             f"Benchmark `{row.get('benchmark')}`; {len(store.iterations(run_id))} iterations started.", ""]
+    latest: dict[str, dict] = {}
+    for ev in store.evaluations(run_id, split="dev"):
+        latest[ev["program_id"]] = ev
+    lines += ["## Dev evaluations so far", ""]
+    if latest:
+        lines += ["| program | score | success | tasks |", "|---|---|---|---|"]
+        lines += [f"| {pid} | {ev['score']:.3f} | {ev['success']:.3f} | {ev['n']} |" for pid, ev in latest.items()]
+    else:
+        lines += ["None yet: the run stopped before the seed's dev evaluation finished."]
+    its = [i for i in store.iterations(run_id) if i["status"] == "finished"]
+    frontier = (its[-1]["summary"] or {}).get("frontier") if its else None
+    if frontier:
+        lines += ["", f"Frontier after iteration {its[-1]['iteration']}: "
+                  + ", ".join(m["program_id"] for m in frontier["members"]) + "."]
+    rows = store.proposals(run_id)
+    lines += ["", "## Candidates so far", ""]
+    if rows:
+        lines += ["| id | proposer | operator | status | dev score | reason |", "|---|---|---|---|---|---|"]
+        for r in rows:
+            score = (r.get("scores") or {}).get("score")
+            reason = (r.get("reason") or "").splitlines()[0][:80] if r.get("reason") else ""
+            lines.append(f"| {r['candidate_id']} | {r['proposer']} | {r['operator']} | {r['status']} | "
+                         f"{'' if score is None else f'{score:.3f}'} | {reason} |")
+    else:
+        lines += ["None yet."]
+    return "\n".join(lines) + "\n"
+
+
 def latest_report(config, run_id: str | None = None) -> Path:
     """The Markdown report of ``run_id``, or of the run that finished last. EvolverError when there is none."""
     reports = Path(config.store) / "reports"

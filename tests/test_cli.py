@@ -174,6 +174,26 @@ def test_kill_9_after_an_admission_resumes_from_the_same_frontier(tmp_path):
         assert run["summary"]["best"] == "p0001" and len(its) == 4
 
 
+def test_a_killed_run_has_a_partial_report_and_report_and_frontier_show_the_run_the_user_started(tmp_path):
+    marks, proc = run_then_kill(tmp_path, 1, 4, lambda marks: bool(list(marks.glob("train-p0001-*"))))
+    assert list(marks.glob("train-p0001-*")), proc.stdout.read().decode()[-2000:]
+    from evolver.store import Store
+    with Store(tmp_path / "store" / "evolver.duckdb") as store:
+        started = store.latest_run()["run_id"]
+        store.create_run(f"{started}-imitation-it1", "upper", {})  # a proposer's training sub-run, newer
+    r = invoke(base_args(tmp_path) + ["report"])
+    assert r.exit_code == 0 and f"# evolver run {started} (partial)" in r.output, r.output
+    assert "no final test was played" in r.output and "| p0001 | 1.000 |" in r.output  # its dev score so far
+    assert "| p0001 | evoskill | create | admitted |" in r.output
+    r = invoke(base_args(tmp_path) + ["frontier"])
+    assert r.exit_code == 0 and f"run {started} " in r.output and "p0001" in r.output
+    r = CliRunner().invoke(cli, base_args(tmp_path) + ["frontier", f"{started}-imitation-it1"])
+    assert r.exit_code != 0 and "has no frontier recorded yet" in r.output  # only when asked for by name
+    assert invoke(base_args(tmp_path) + ["run", "--resume"]).exit_code == 0
+    r = invoke(base_args(tmp_path) + ["report"])
+    assert "(partial)" not in r.output and "Best vs seed on test" in r.output  # the finished run's own report
+
+
 def test_traces_is_read_only_binds_its_options_and_names_a_missing_store(tmp_path):
     args = base_args(tmp_path)
     r = CliRunner().invoke(cli, args + ["traces"])
