@@ -22,6 +22,7 @@ import abc
 import atexit
 import itertools
 import threading
+import warnings
 import weakref
 from typing import Callable, Generic, TypeVar
 
@@ -139,16 +140,25 @@ class EnvPool(Generic[W]):
         #: Counters for tests and reports: workers started (restarts included), restarts after a
         #: crash, replays and the steps they replayed, leases that had to share a worker.
         self.stats = {"started": 0, "restarts": 0, "replays": 0, "replayed_steps": 0, "shared": 0}
+        self._warned = False
         _POOLS.add(self)
 
-    def lease(self) -> Lease:
-        """A slot for a new episode: the least-held one, an already started worker first."""
+    def lease(self, brief: bool = False) -> Lease:
+        """A slot for a new episode: the least-held one, an already started worker first. ``brief``: a
+        lease that reads and lets go (a :class:`PooledEnv` with ``brief = True``); its sharing is by
+        design and draws no warning."""
         with self._lock:
             if self.closed:
                 raise BenchmarkError("this EnvPool was closed; make a new benchmark")
             slot = min(self._slots, key=lambda s: (s.holders, s.worker is None, s.index))
             if slot.holders:
                 self.stats["shared"] += 1
+                if not brief and not self._warned:  # once per pool: an author sees slow episodes, not why
+                    self._warned = True
+                    warnings.warn(f"EnvPool: more live Envs than its {self.size} workers, so episodes share "
+                                  "workers and replay their histories at every switch (slow). Give the "
+                                  f"benchmark max_live = {self.size} (the evaluator then keeps no more open), "
+                                  "or make the pool bigger", RuntimeWarning, stacklevel=3)
             slot.holders += 1
             return Lease(self, slot)
 
@@ -216,6 +226,10 @@ class PooledEnv(Env):
     """An Env whose episode lives in an :class:`EnvPool` worker. A subclass says how to ``begin`` an
     episode on a worker and ``act`` on it; this class leases, replays the history and releases."""
 
+    #: A lease held for a moment (a query that reads something and closes), not an episode: sharing a
+    #: worker for it is expected, so the pool does not warn of too few workers.
+    brief: bool = False
+
     def __init__(self, pool: EnvPool):
         self.pool = pool
         self.history: list[str] = []  # every action stepped, in order: replaying it restores the state
@@ -233,7 +247,7 @@ class PooledEnv(Env):
     def reset(self) -> Observation:
         self.close()
         self.history = []
-        lease = self.pool.lease()
+        lease = self.pool.lease(self.brief)
         # Released when the Env is closed or garbage-collected, whichever comes first.
         self._lease, self._finalizer = lease, weakref.finalize(self, lease.release)
         return lease.run(self, None)

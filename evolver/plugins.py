@@ -21,6 +21,7 @@ import inspect
 import os
 import sys
 import traceback
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -325,6 +326,14 @@ def make(kind: str, name: str, **options: Any) -> Any:
     entry = get(kind, name)
     if kind == "benchmark":
         check_benchmark(name, options)
+    unnamed = _swallowed(entry.factory, options) if kind == "benchmark" else []
+    if unnamed:  # a factory that takes **kwargs cannot say no to a misspelt option: say it here
+        named = _named_params(entry.factory)
+        close = {k: difflib.get_close_matches(k, named, n=1, cutoff=0.6) for k in unnamed}
+        hints = "; ".join(f"{k!r}" + (f" (did you mean {c[0]!r}?)" if c else "") for k, c in close.items())
+        warnings.warn(f"{kind} {name!r} takes any option (**kwargs) and names none of these: {hints}. "
+                      f"The options it names: {', '.join(named) or 'none'}. Check the spelling.",
+                      UserWarning, stacklevel=2)
     try:
         return entry.factory(**options)
     except TypeError as exc:
@@ -336,6 +345,26 @@ def make(kind: str, name: str, **options: Any) -> Any:
         raise PluginError(f"{kind} {name!r} cannot be built: it needs {missing!r}, which is not installed ({exc}). "
                           "Install the plugin with its dependencies (every first-party plugin: "
                           "pip install -r plugins/requirements.txt)") from exc
+
+
+def _named_params(factory) -> list[str]:
+    try:
+        params = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    return [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+
+
+def _swallowed(factory, options: dict) -> list[str]:
+    """The ``options`` a factory would take only through its ``**kwargs`` (none when it has no such
+    parameter: then Python itself refuses an unknown one)."""
+    try:
+        params = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    if not any(p.kind is p.VAR_KEYWORD for p in params):
+        return []
+    return [k for k in options if k not in _named_params(factory)]
 
 
 def _explain_options(entry: Entry, exc: pydantic.ValidationError) -> str:

@@ -79,13 +79,29 @@ def test_live_envs_get_workers_of_their_own_up_to_size_started_lazily_and_reset_
     c.reset()  # takes the worker a released (no third start), reset first
     assert pool.stats["started"] == 2 and sum(w.resets for w in pool.workers) == 1
     more = [CounterEnv(pool, s) for s in (4, 5, 6)]
-    for env in more:
-        env.reset()  # never blocks: beyond size, workers are shared
+    with pytest.warns(RuntimeWarning, match=r"more live Envs than its 3 workers.*Give the benchmark max_live = 3"):
+        for env in more:
+            env.reset()  # never blocks: beyond size, workers are shared (said once, not per lease)
     assert len(pool.workers) == 3 and pool.stats["started"] == 3 and pool.leased == 5
     assert pool.stats["shared"] == 2 and pool.stats["replays"] == 0
     for env in [b, c, *more]:
         env.close()
     assert pool.leased == 0
+
+
+def test_a_brief_lease_shares_a_worker_without_a_warning():
+    import warnings
+
+    class Query(CounterEnv):
+        brief = True  # reads and lets go: sharing for it is by design
+    pool = counter_pool(1)
+    episode, query = CounterEnv(pool, 1), Query(pool, 2)
+    episode.reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        query.reset()
+    assert pool.stats["shared"] == 1
+    query.close(), episode.close()
 
 
 def test_sharing_replays_and_plays_exactly_as_with_enough_workers():

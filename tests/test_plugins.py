@@ -280,3 +280,23 @@ def test_listing_plugins_imports_no_torch():
     env["EVOLVER_PLUGINS"] = ",".join(n for n in env["EVOLVER_PLUGINS"].split(",") if n in installed)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_a_benchmark_factory_that_takes_any_option_is_warned_of_one_it_does_not_name(tmp_path):
+    plugin = tmp_path / "loose.py"
+    plugin.write_text(
+        "from evolver import hookimpl\n"
+        "from evolver.benchmarks.basic import BasicBenchmark\n"
+        "def loose(suite='easy', **extra):\n"
+        "    return BasicBenchmark()\n"
+        "@hookimpl\n"
+        "def register_benchmarks(register):\n"
+        "    register('loose', loose)\n")
+    plugins.load_local(plugin)
+    with pytest.warns(UserWarning, match=r"'loose' takes any option \(\*\*kwargs\) and names none of these: "
+                                         r"'sute' \(did you mean 'suite'\?\)"):
+        plugins.make("benchmark", "loose", sute="hard")
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        plugins.make("benchmark", "loose", suite="hard")  # a named option: no warning

@@ -70,6 +70,8 @@ class _Query(PooledEnv):
     """A lease on a pool worker to read something (a task type's variations, a gold path) rather than play:
     the pool then knows the worker no longer holds the episode it held, and replays that one if needed."""
 
+    brief = True
+
     def __init__(self, pool: EnvPool, read):
         super().__init__(pool)
         self.read, self.result = read, None
