@@ -194,6 +194,42 @@ def test_a_killed_run_has_a_partial_report_and_report_and_frontier_show_the_run_
     assert "(partial)" not in r.output and "Best vs seed on test" in r.output  # the finished run's own report
 
 
+@pytest.mark.parametrize("stage", ["[1s] dev 0/4", "rollouts of seed", "evaluating 1 candidates on dev",
+                                   "final evaluation on test"])
+def test_ctrl_c_in_any_stage_stops_the_run_within_seconds_and_it_resumes(tmp_path, stage):
+    """Ctrl-C as a terminal sends it: SIGINT to the whole foreground process group (sandboxed harnesses,
+    simulators and all). The run stops within 10 s, its partial report shows what it measured, and
+    ``--resume`` finishes it."""
+    import threading
+    args = base_args(tmp_path) + ["--set=roles.executor.options={delay = 0.2}", "--set=loop.train_per_category=2",
+                                  "--set=loop.candidates_per_iteration=1", "--set=loop.patience=9"]
+    proc = subprocess.Popen([sys.executable, "-m", "evolver.cli", *args, "run", "--iterations", "2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    seen, reached = [], threading.Event()
+
+    def read():
+        for line in proc.stdout:
+            seen.append(line)
+            if stage.split("] ")[-1] in line:
+                reached.set()
+    threading.Thread(target=read, daemon=True).start()
+    assert reached.wait(120), "".join(seen)[-2000:]
+    time.sleep(0.3)
+    start = time.monotonic()
+    os.killpg(proc.pid, signal.SIGINT)
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise AssertionError(f"still running 10 s after Ctrl-C at {stage!r}")
+    assert time.monotonic() - start < 10 and proc.returncode != 0
+    r = invoke(base_args(tmp_path) + ["report"])
+    assert "(partial)" in r.output and "| seed |" in r.output or "None yet" in r.output, r.output
+    r = invoke(base_args(tmp_path) + ["run", "--resume"])
+    assert r.exit_code == 0 and "report:" in r.output, r.output
+    assert "(partial)" not in invoke(base_args(tmp_path) + ["report"]).output
+
+
 def test_traces_is_read_only_binds_its_options_and_names_a_missing_store(tmp_path):
     args = base_args(tmp_path)
     r = CliRunner().invoke(cli, args + ["traces"])
