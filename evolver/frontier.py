@@ -13,7 +13,10 @@ A dominates B when A is better on one objective and worse on none. Admission, in
   1. a member that dominates the candidate, or ties it on every objective, keeps it out: so a
      candidate statistically tied on score with everything never enters on score noise alone
      (it can still enter by being leaner, which is measured, not sampled);
-  2. members the candidate dominates leave ("the members it displaces");
+  2. members the candidate dominates leave ("the members it displaces"), but only where its mean on the
+     primary objective is no lower than theirs: a policy that fails sooner is leaner too (fewer steps,
+     fewer tokens), so a score tied within noise but lower on the mean enters beside the member, as
+     the trade-off it is, and does not replace it;
   3. capacity ``k``: while more than ``k`` would remain, the weakest member (lowest primary objective,
      the first one listed, then the next objectives, then the newest) must be beaten by the candidate
      in the same order of objectives, with the same comparisons: the first objective that is not a
@@ -165,7 +168,13 @@ class Frontier:
                 return decided(False, f"dominated by {m.program_id}", m)
             if not any(v):
                 return decided(False, f"ties {m.program_id}", m)
-        dominated = [m for m in self.members if min(verdicts[m.program_id]) >= 0]  # and > 0 somewhere: not a tie
+        primary = self.objectives[0]
+
+        def no_lower(m: Member) -> bool:
+            a, b = new.metrics[primary.metric], m.metrics[primary.metric]
+            return math.isclose(a, b) or primary.better(a, b)
+        # min >= 0 and, as no tie got here, > 0 somewhere
+        dominated = [m for m in self.members if min(verdicts[m.program_id]) >= 0 and no_lower(m)]
         kept = [m for m in self.members if m not in dominated]
         over_capacity = []
         while len(kept) + 1 > self.capacity:

@@ -106,8 +106,18 @@ def test_the_gate_rejects_a_one_task_gain_and_admits_a_gain_on_most_tasks(gate):
 def test_a_tied_score_with_fewer_tokens_enters_on_the_tokens():
     f = Frontier(OBJ, capacity=5)
     consider(f, "seed", SEED12, 100)
-    d = consider(f, "leaner", with_gains(SEED12, [-0.25] + [0.0] * 11), 90)  # score noise down, tokens down
+    d = consider(f, "leaner", SEED12[::-1], 90)  # the same mean score, tasks shuffled; tokens down
     assert d.admitted and d.evicted == ["seed"] and d.reason.startswith("displaces seed")
+
+
+def test_a_lower_score_within_noise_does_not_displace_for_being_leaner():
+    # A policy that fails sooner plays fewer steps: leaner on tokens, while its lower score is within noise.
+    f = Frontier(OBJ, capacity=5)
+    consider(f, "seed", SEED12, 100)
+    d = consider(f, "fails-sooner", with_gains(SEED12, [-0.25] + [0.0] * 11), 90)
+    assert d.paired.verdict == "tied" and d.paired.diff < 0
+    assert d.admitted and d.evicted == [] and d.reason.startswith("non-dominated")  # a trade-off, beside it
+    assert f.best().program_id == "seed" and f.ids() == ["seed", "fails-sooner"]
 
 
 def test_without_the_gate_it_is_plain_pareto():
