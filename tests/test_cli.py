@@ -204,7 +204,9 @@ def test_ctrl_c_in_any_stage_stops_the_run_within_seconds_and_it_resumes(tmp_pat
     args = base_args(tmp_path) + ["--set=roles.executor.options={delay = 0.2}", "--set=loop.train_per_category=2",
                                   "--set=loop.candidates_per_iteration=1", "--set=loop.patience=9"]
     proc = subprocess.Popen([sys.executable, "-m", "evolver.cli", *args, "run", "--iterations", "2"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                            # as at a terminal: a suite started in the background inherits SIGINT ignored
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     seen, reached = [], threading.Event()
 
     def read():
