@@ -4,7 +4,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import re
 import sys
 import time
 from pathlib import Path
@@ -389,12 +388,10 @@ def _loop_run(store, run_id: str | None) -> dict | None:
     sub-run (``<run>-<operator>-it<N>``) or an ``evolver eval`` / ``train`` run, unless named."""
     from evolver.run import LOOP_RUN_ID
 
-    if run_id:
-        row = store.latest_run(pattern=re.escape(run_id))
-        if row is None:
-            raise EvolverError(f"no run {run_id!r} in this store")
-        return row
-    return store.latest_run(pattern=LOOP_RUN_ID)
+    row = store.get_run(run_id) if run_id else store.latest_run(pattern=LOOP_RUN_ID)
+    if run_id and row is None:
+        raise EvolverError(f"no run {run_id!r} in this store")
+    return row
 
 
 @cli.command()

@@ -326,14 +326,8 @@ def make(kind: str, name: str, **options: Any) -> Any:
     entry = get(kind, name)
     if kind == "benchmark":
         check_benchmark(name, options)
-    unnamed = _swallowed(entry.factory, options) if kind == "benchmark" else []
-    if unnamed:  # a factory that takes **kwargs cannot say no to a misspelt option: say it here
-        named = _named_params(entry.factory)
-        close = {k: difflib.get_close_matches(k, named, n=1, cutoff=0.6) for k in unnamed}
-        hints = "; ".join(f"{k!r}" + (f" (did you mean {c[0]!r}?)" if c else "") for k, c in close.items())
-        warnings.warn(f"{kind} {name!r} takes any option (**kwargs) and names none of these: {hints}. "
-                      f"The options it names: {', '.join(named) or 'none'}. Check the spelling.",
-                      UserWarning, stacklevel=2)
+    if kind == "benchmark":
+        _warn_unnamed(name, entry.factory, options)
     try:
         return entry.factory(**options)
     except TypeError as exc:
@@ -347,24 +341,21 @@ def make(kind: str, name: str, **options: Any) -> Any:
                           "pip install -r plugins/requirements.txt)") from exc
 
 
-def _named_params(factory) -> list[str]:
+def _warn_unnamed(name: str, factory, options: dict) -> None:
+    """A benchmark factory that takes ``**kwargs`` cannot refuse a misspelt option itself: warn of each
+    option it does not name, with the nearest name it does."""
     try:
         params = inspect.signature(factory).parameters.values()
     except (TypeError, ValueError):
-        return []
-    return [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
-
-
-def _swallowed(factory, options: dict) -> list[str]:
-    """The ``options`` a factory would take only through its ``**kwargs`` (none when it has no such
-    parameter: then Python itself refuses an unknown one)."""
-    try:
-        params = inspect.signature(factory).parameters.values()
-    except (TypeError, ValueError):
-        return []
-    if not any(p.kind is p.VAR_KEYWORD for p in params):
-        return []
-    return [k for k in options if k not in _named_params(factory)]
+        return
+    named = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    unnamed = [k for k in options if k not in named]
+    if unnamed and any(p.kind is p.VAR_KEYWORD for p in params):
+        hints = "; ".join(f"{k!r}" + "".join(f" (did you mean {c!r}?)" for c in difflib.get_close_matches(
+            k, named, n=1, cutoff=0.6)) for k in unnamed)
+        warnings.warn(f"benchmark {name!r} takes any option (**kwargs) and names none of these: {hints}. "
+                      f"The options it names: {', '.join(named) or 'none'}. Check the spelling.",
+                      UserWarning, stacklevel=3)
 
 
 def _explain_options(entry: Entry, exc: pydantic.ValidationError) -> str:
