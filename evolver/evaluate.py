@@ -307,6 +307,11 @@ def _answer_round(live: list[_Live]) -> list[tuple[list[_Live], list, float]]:
             else:
                 out.append(([lv], [answer], 0.0))
             continue
+        if isinstance(lv.request, ChoiceRequest) and len(lv.request.options) == 1:
+            # A choice of one is no choice: a harness that has settled the move (an observer's note it
+            # follows) still sends the context it would have shown, for the trace and for training.
+            out.append(([lv], [ChoiceResult(index=0, scores=[0.0])], 0.0))
+            continue
         groups.setdefault((id(lv.backend), isinstance(lv.request, GenRequest)), []).append(lv)
     for (_, is_gen), group in groups.items():
         backend = group[0].backend

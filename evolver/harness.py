@@ -26,7 +26,8 @@ Tools the harness may offer (run by the evaluator, traced as tool calls):
 
 What the harness can read is passed at construction: ``Harness(program: ProgramContext)``: the program's
 ``prompt`` (prompt.md), its ``skills``, ``select_skills(task, k)`` (the ``select_skills`` hook) and
-``count_tokens(text)`` (the executor's tokenizer, for a harness that budgets its context) and
+``count_tokens(text)`` (the executor's tokenizer, for a harness that budgets its context),
+``context_window`` (the tokens the executor's model reads at most: what there is to budget) and
 ``run_skill(name, script, args, stdin)`` (a skill's script run in the sandbox, its output returned).
 
 Memory: ``state`` lives for one episode; attributes of ``self`` live for the episodes of one evaluation
@@ -84,6 +85,9 @@ class ProgramContext:
     #: ``select_skills(task, k) -> list[Skill]``: the ``select_skills`` hook, with a lexical default.
     select_skills: Callable[[Task, int], list[Skill]]
     count_tokens: Callable[[str], int] = lambda text: max(1, len(text) // 4)
+    #: Tokens the executor's model reads at most. A backend that declares none is taken for a current
+    #: API model (``DEFAULT_CONTEXT_WINDOW``), not for the embedded 135M one.
+    context_window: int = 32768
     _script_cache: dict = field(default_factory=dict, repr=False)
 
     def skill(self, name: str) -> Skill | None:
@@ -98,6 +102,24 @@ class ProgramContext:
         if key not in self._script_cache:
             self._script_cache[key] = _run_skill_script(self.skill(name), script, list(args), stdin)
         return self._script_cache[key]
+
+
+def cut_marker(tokens: int) -> str:
+    """How a harness marks text it cut to fit a budget: ``tokens`` is how much is missing. Reports count
+    these markers in the stored prompts (:func:`evolver.report.cut_lines`), so a cut is never silent."""
+    return f"[... {int(tokens)} more tokens cut]"
+
+
+CUT_PATTERN = r"\[\.\.\. (\d+) more tokens cut\]"  # what :func:`cut_marker` writes, as a regular expression
+
+
+DEFAULT_CONTEXT_WINDOW = 32768  # a backend's model that declares no window (API models have this or more)
+
+
+def context_window_of(backend: Any) -> int:
+    """The tokens ``backend``'s model reads at most: its ``context_window``, else :data:`DEFAULT_CONTEXT_WINDOW`."""
+    window = getattr(backend, "context_window", None)
+    return int(window) if isinstance(window, int) and window > 0 else DEFAULT_CONTEXT_WINDOW
 
 
 SKILL_SCRIPT_S = 5.0  # one script run by a harness: well inside the harness call's own limit

@@ -102,7 +102,7 @@ class SandboxedHarness:
         self._dead = ""
         self._buffer = b""
         program = json.dumps(dataclasses.asdict(ctx.program), default=str)
-        code = f"from evolver.harness_sandbox import serve; serve({program!r})"
+        code = f"from evolver.harness_sandbox import serve; serve({program!r}, {int(ctx.context_window)})"
         # It sees its own program (harness code, prompt, skills) read-only, and none of the workspace.
         try:
             self.session = open_python(code, memory_mb=memory_mb, mechanism=mechanism, visible=[ctx.program.root],
@@ -203,7 +203,7 @@ class SandboxedHarness:
 
 # -- the child's side (runs inside the sandbox) ----------------------------------------------------------
 
-def serve(program_json: str) -> None:
+def serve(program_json: str, context_window: int = 32768) -> None:
     """Build the program's harness and answer the evaluator's calls until stdin closes."""
     from evolver.harness import make_harness, program_context
 
@@ -228,6 +228,7 @@ def serve(program_json: str) -> None:
         ctx.select_skills = lambda task, k: [by_name[n] for n in ask("select_skills", task=_plain(task), k=k)
                                              if n in by_name]
         ctx.count_tokens = lambda text: ask("count_tokens", text=text)
+        ctx.context_window = context_window
         # Scripts run beside the evaluator, in a sandbox of their own, not inside this one.
         ctx.run_skill = lambda name, script, args=(), stdin="": ask("run_skill", name=name, script=script,
                                                                      args=list(args), stdin=stdin)

@@ -207,6 +207,7 @@ class Worker:
              max_live: int = 32) -> Iterator[tuple[tuple, Episode]]:
         """Play ``units`` in lockstep; yield ``(key, episode)`` as each finishes."""
         from evolver.evaluate import _Live, _play_iter, _sandboxed_harnesses, _try_harness
+        from evolver.harness import context_window_of
         from evolver.monitor import step_monitor
 
         if not units:
@@ -227,6 +228,7 @@ class Worker:
                     ctxs[at] = _context(run, self.programs[u.program])
                     if u.tokenizer:
                         ctxs[at].count_tokens = self.backend(_base(u.backend), resolve).count_tokens
+                    ctxs[at].context_window = context_window_of(backend)
                     harness_of[at] = _try_harness(ctxs[at], factory)
                 lives.append(_Live(dataclasses.replace(u.episode, steps=[]), ctxs[at], harness_of[at],
                                    u.episode.max_steps, key=u.key, backend=backend, monitor=monitor))

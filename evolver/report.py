@@ -5,6 +5,7 @@ every format a plugin registers (hook ``register_report_formats``; ``html`` come
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -137,6 +138,7 @@ def render(run, summary: dict) -> str:
         lines.append(f"| {r['candidate_id']} | {r['proposer']} | {r['operator']} | {r['parent_id']} | {r['status']} | "
                      f"{'' if score is None else f'{score:.3f}'} | {paired} | {reason} |")
     lines += monitor_lines(run, rows)
+    lines += cut_lines(run)
     lines += ["", "## Tokens", ""] + [f"- {role}: {n}" for role, n in sorted(summary["tokens"].items())]
     for r in rows:
         if r["status"] == "admitted":
@@ -146,6 +148,51 @@ def render(run, summary: dict) -> str:
             lines += [f"Mechanism: {mechanism}", ""] if mechanism else []
             lines += ["```diff", diff.strip()[:6000], "```"]
     return "\n".join(lines) + "\n"
+
+
+def cut_lines(run) -> list[str]:
+    """Text the harness cut to fit its budgets (:func:`evolver.harness.cut_marker` in a stored prompt), per
+    split: the steps that showed a cut, the tokens missing, and the episodes whose task prompt was cut
+    (the model never read the whole task)."""
+    from evolver.harness import CUT_PATTERN
+
+    _, rows = run.store.query(
+        "SELECT e.split, e.episode_id, s.prompt FROM steps s JOIN episodes e USING (episode_id) "
+        "WHERE e.run_id = ? AND s.prompt LIKE '%more tokens cut]%'", [run.id])
+    if not rows:
+        return []
+    per: dict = {}
+    for split, episode, prompt in rows:
+        found = [int(n) for n in re.findall(CUT_PATTERN, prompt or "")]
+        if not found:
+            continue
+        steps, tokens, tasks = per.setdefault(split, [0, 0, set()])
+        per[split][0], per[split][1] = steps + 1, tokens + sum(found)
+        if _task_cut(prompt, CUT_PATTERN):
+            tasks.add(episode)
+    if not per:
+        return []
+    lines = ["", "## Cut to fit the context", ""]
+    for split, (steps, tokens, tasks) in sorted(per.items()):
+        lines.append(f"- {split}: {steps} steps showed text cut to fit ({tokens} tokens missing in all)"
+                     + (f"; in {len(tasks)} episodes the task prompt itself was cut, so the model never read "
+                        "all of it" if tasks else "") + ".")
+    lines.append("- Budgets are shares of the executor's context window (a larger model reads more); a "
+                 "task's hints (`observation_tokens`, `tools_tokens`, `actions_tokens`) set them outright.")
+    return lines
+
+
+def _task_cut(prompt: str, pattern: str) -> bool:
+    """Whether the seed harness's ``Task:`` section of a stored prompt ends in a cut marker."""
+    try:
+        texts = [m.get("content") or "" for m in json.loads(prompt) if isinstance(m, dict)]
+    except (ValueError, TypeError, AttributeError):
+        return False
+    for text in texts:
+        head = re.split(r"\n\n(?:Observation: |Notes from earlier steps:|Earlier actions: |Recent steps:|\[)", text)[0]
+        if text.startswith("Task: ") and re.search(pattern, head):
+            return True
+    return False
 
 
 def monitor_lines(run, proposals: list[dict]) -> list[str]:

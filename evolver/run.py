@@ -14,7 +14,7 @@ from evolver import plugins
 from evolver.backends.base import Backend
 from evolver.config import Config, dump_config
 from evolver.frontier import Frontier
-from evolver.harness import ProgramContext, program_context
+from evolver.harness import ProgramContext, context_window_of, program_context
 from evolver.models import CountingBackend, Models, checkpoint_path  # noqa: F401 (re-exported)
 from evolver.types import Program
 
@@ -129,9 +129,11 @@ class Run:
             chosen = hook.select_skills(run=self, task=task, program=program, skills=ctx.skills, k=k)
             return default(task, k) if chosen is None else list(chosen)[:k]
         ctx.select_skills = select
-        executor = self.models.loaded("executor")
-        if executor is not None:
-            ctx.count_tokens = executor.count_tokens
+        # The executor's tokenizer and window, from the first context on: the budgets a harness computes
+        # must not depend on whether the model happened to be loaded already.
+        executor = self.models.loaded("executor") or self.models.backend("executor")
+        ctx.count_tokens = executor.count_tokens
+        ctx.context_window = context_window_of(executor)
         return ctx
 
     def proposer_tokens(self) -> int:

@@ -159,3 +159,36 @@ def test_the_cache_key_holds_the_step_limit_an_episode_was_played_under(tmp_path
     assert len(first[0].steps) == 3 and again[0].cached and again[0].id == first[0].id  # same limit: cached
     assert not other[0].cached and len(other[0].steps) == 5 and other[0].score == 1.0  # another: played
     store.close()
+
+
+def test_a_choice_of_one_is_answered_without_the_model(tmp_path):
+    """A harness that has settled the move (one option) costs no model call; the step keeps its prompt."""
+    class OneWay(StepsBench):
+        def env(self, task):
+            from evolver.types import Observation
+            inner = super().env(task)
+
+            class OneWayEnv(type(inner)):
+                def reset(self):
+                    return Observation(task.prompt, actions=["go on"])
+
+                def step(self, action):
+                    obs = super().step(action)
+                    return Observation(obs.text, score=obs.score, done=obs.done, actions=["go on"])
+            return OneWayEnv()
+    asked: list = []
+
+    class Counting(ScriptedBackend):
+        def generate(self, requests):
+            asked.extend(requests)
+            return super().generate(requests)
+
+        def choose(self, requests):
+            asked.extend(requests)
+            return super().choose(requests)
+    eps = run_episodes(program_context(program(tmp_path)), OneWay(), Counting(rule=lambda r: "go on"),
+                       OneWay().tasks("dev")[:2], max_live=2)
+    assert asked == []
+    assert [len(e.steps) for e in eps] == [1, 5] and all(e.score == 1.0 for e in eps)
+    step = eps[1].steps[2]
+    assert step.action == "go on" and "take 5 steps" in step.prompt and step.prompt_tokens == 0

@@ -157,15 +157,22 @@ def test_a_long_action_list_shows_the_actions_nearest_the_task_and_still_lets_an
     assert "Valid actions: look at thing 0, look at thing 1, look at thing 2\n" in short
 
 
-def test_an_observer_gets_as_many_valid_actions_as_one_argument_can_carry(tmp_path):
+def with_observer(tmp_path, name, script, actions=False):
+    """A seed program with one more skill whose ``scripts/observe.py`` (``script``) observes each step."""
     root = tmp_path / "seed"
     shutil.copytree(SEED_DIR, root)
-    skill = root / "skills" / "counter"
+    skill = root / "skills" / name
     (skill / "scripts").mkdir(parents=True)
-    (skill / "SKILL.md").write_text("---\nname: counter\ndescription: Use to count the valid actions.\nmetadata:\n"
-                                    "  observe: scripts/count.py\n  observe_actions: true\n---\nCounts them.\n")
-    (skill / "scripts" / "count.py").write_text(
-        "import json, sys\nprint('got', len(json.loads(sys.argv[sys.argv.index('--actions') + 1])))\n")
+    (skill / "SKILL.md").write_text(f"---\nname: {name}\ndescription: Use to see what {name} says.\nmetadata:\n"
+                                    f"  observe: scripts/observe.py\n  observe_actions: {str(actions).lower()}\n"
+                                    "---\nObserves.\n")
+    (skill / "scripts" / "observe.py").write_text(script)
+    return root
+
+
+def test_an_observer_gets_as_many_valid_actions_as_one_argument_can_carry(tmp_path):
+    root = with_observer(tmp_path, "counter", "import json, sys\n"
+                         "print('got', len(json.loads(sys.argv[sys.argv.index('--actions') + 1])))\n", actions=True)
     harness = make_harness(program_context(Program("seed", "c0ffee", str(root), "hseed")))
     actions = [f"move the {i}th very long named object into the {i}th container" for i in range(4000)]  # ~250 KB
     state = harness.start(Task("t", "b", "train", "c", prompt="Move things."), Observation("A room."))
@@ -175,3 +182,22 @@ def test_an_observer_gets_as_many_valid_actions_as_one_argument_can_carry(tmp_pa
     harness.observe(state, Action(env_action="look"), "A room.")
     harness.next_call(state, Observation("A room.", actions=actions[:5]))
     assert state["observed"]["counter"].endswith("got 5")
+
+
+def test_with_follow_notes_on_the_move_a_note_names_is_the_only_choice(tmp_path):
+    """FOLLOW_NOTES: an observer's "Next: X." that names a valid action becomes a choice of one (the
+    evaluator answers it without the model); a note naming no valid action leaves the model its choice."""
+    root = with_observer(tmp_path, "pointer", "import sys\nlast = sys.stdin.read().split('\\n> ')[-1].split('\\n')[0]\n"
+                         "print('Next: open door.' if last == 'look' else 'Next: fly away.')\n")
+    harness_py = root / "harness" / "harness.py"
+    actions = ["look", "open door", "wait"]
+    for follow in (False, True):
+        harness_py.write_text(harness_py.read_text().replace(f"FOLLOW_NOTES = {not follow}", f"FOLLOW_NOTES = {follow}"))
+        h = make_harness(program_context(Program("seed", "c0ffee", str(root), "hseed")))
+        state = h.start(Task("t", "b", "train", "c", prompt="Leave the room."), Observation("A room."))
+        first = h.next_call(state, Observation("A room.", actions=actions))
+        assert first.options == actions  # "fly away" is no valid action: the model chooses
+        h.observe(state, Action(env_action="look"), "A room with a door.")
+        req = h.next_call(state, Observation("A room with a door.", actions=actions))
+        assert "[pointer] Next: open door." in req.messages[1].content  # the context is the same either way
+        assert req.options == (["open door"] if follow else actions)

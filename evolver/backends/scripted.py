@@ -23,11 +23,13 @@ class ScriptedBackend(Backend):
 
     def __init__(self, answers: list[str | GenResult] | None = None,
                  rule: Callable[[GenRequest], str | GenResult] | None = None, model: str = "scripted",
-                 latency_s: float = 0.0, **_: Any):
+                 latency_s: float = 0.0, context_window: int | None = None, **_: Any):
         """``answers`` may hold ready-made ``GenResult``s (e.g. to inject a per-request error).
         ``latency_s``: each call sleeps this long, whatever its batch size (a model's batched step, for
         measuring what surrounds the model: ``bench/cluster_scaling.py``)."""
         self.latency_s = latency_s
+        if context_window:  # declared like a model's: the harness budgets its text from it
+            self.context_window = int(context_window)
         self.answers: deque[str | GenResult] = deque(answers or [])
         self.rule = rule
         self.model = model

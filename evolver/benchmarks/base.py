@@ -36,12 +36,16 @@ What the harness shows (the seed harness; an evolved one may differ)
 - "tool-calling": "chat" plus ``Task.tools``: the tools are listed in the system prompt and passed to
   the backend (``GenRequest.tools``); a call (native, or ``{"name": ..., "arguments": {...}}`` written
   as JSON) is sent to ``Env.step`` as that JSON text; a plain reply is sent as text.
-- Budgets are in tokens of the executor's tokenizer, never a silent character cut: the task prompt and
-  each observation up to ``observation_tokens`` (default 400), replies up to ``reply_tokens``
-  (text-game 24, chat 256). Text over budget is cut with a visible ``[... N more tokens cut]`` marker,
-  which stays in the trace's prompt. Valid actions are listed up to ``actions_tokens`` (default 400); past
-  it, a share of each command (first word), those nearest the task first, and a marker; the model may
-  still write any valid action.
+- Budgets are in tokens of the executor's tokenizer, never a silent character cut, and follow the
+  executor's context window (``ProgramContext.context_window``; 32k for a backend that declares none):
+  the task prompt and each observation up to ``observation_tokens`` (1/32 of the window, at least 400),
+  tool descriptions up to ``tools_tokens`` (1/8, at least 3,000), replies up to ``reply_tokens``
+  (text-game 24; chat 1/64, at least 256). Text over budget is cut with a visible
+  ``[... N more tokens cut]`` marker (``evolver.harness.cut_marker``), which stays in the trace's prompt
+  and which the report counts per split, naming the episodes whose task prompt itself was cut. Valid
+  actions are listed up to ``actions_tokens`` (1/32, at least 400); past it, a share of each command (first
+  word), those nearest the task first, and a marker; the model may still write any valid action. A 135M
+  model's 8k window gets the floors; a 128k one reads a 3,000-character task whole.
 - ``harness_hints`` sets these for every task (``preset``, ``system_prompt``, ``observation_tokens``,
   ``reply_tokens``, ``actions_tokens``); ``Task.hints`` overrides them per task. A ``system_prompt`` replaces the seed
   program's generic prompt.md when the seed is created, so evolution can edit it from there.

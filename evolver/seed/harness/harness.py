@@ -33,7 +33,8 @@ It is copied into every new program and may be evolved. The interface is documen
   the model took peckingorder's next item without reading the instructions again (0.38 on test).
 - Presets (the task's ``hints``, see ``evolver.benchmarks.base``): "text-game" as above; "chat" keeps
   the conversation as chat turns and plays the whole reply; "tool-calling" adds the task's tools. The
-  task prompt and each observation are budgeted in tokens (``OBS_TOKENS``), never cut silently: text
+  task prompt and each observation are budgeted in tokens (a share of the model's context window,
+  ``OBS_TOKENS`` at least), never cut silently: text
   over budget ends in a visible marker. Older steps of a text game are compacted on purpose (above).
 """
 from __future__ import annotations
@@ -41,7 +42,7 @@ from __future__ import annotations
 import json
 import re
 
-from evolver.harness import Action
+from evolver.harness import Action, cut_marker
 from evolver.types import ChoiceRequest, GenRequest, Message
 
 CHOOSE_ACTIONS = True  # play one of the listed valid actions (False: the action the model writes)
@@ -53,12 +54,16 @@ NOTES = 3  # older observations kept as notes once they leave the window
 NOTE_CHARS = 300  # one note's share of the context
 LOOP_GUARD = True  # hold back actions already taken in the same state
 OBSERVERS = True  # run the scripts skills offer as observers (front matter metadata.observe) after each step
-OBS_TOKENS = 400  # the task prompt's and one observation's share of the context, in tokens (hint: observation_tokens)
+FOLLOW_NOTES = False  # play the move an observer's note names ("Next: ACTION.", a valid action) without asking the model
+# Budgets in tokens: a share of the executor's context window, never below the floor (a small model's
+# window is mostly taken by the rest of the prompt). A task's hint of the same name sets one outright.
+OBS_TOKENS = 400  # floor of the task prompt's and one observation's share (hint: observation_tokens)
 ACTION_TOKENS = 24  # output budget per free-text action in a text game (hint: reply_tokens)
-CHAT_TOKENS = 256  # output budget per reply in the chat and tool-calling presets (hint: reply_tokens)
-TOOLS_TOKENS = 3000  # the tool descriptions' share of the system prompt (hint: tools_tokens)
+CHAT_TOKENS = 256  # floor of the output budget per reply in the chat and tool-calling presets (hint: reply_tokens)
+TOOLS_TOKENS = 3000  # floor of the tool descriptions' share of the system prompt (hint: tools_tokens)
+WINDOW_SHARE = {"observation_tokens": 1 / 32, "tools_tokens": 1 / 8, "actions_tokens": 1 / 32, "reply_tokens": 1 / 64}
 CHAT_TURNS = 24  # chat turns kept in full; older ones are dropped with a marker (hint: max_turns)
-ACTIONS_TOKENS = 400  # the valid actions' share of a text game's prompt (hint: actions_tokens)
+ACTIONS_TOKENS = 400  # floor of the valid actions' share of a text game's prompt (hint: actions_tokens)
 ARGV_CHARS = 100_000  # the valid actions an observer gets as one argument, at most (MAX_ARG_STRLEN is 128 KiB)
 
 
@@ -119,10 +124,18 @@ class Harness:
         value = state["hints"].get(name)
         return default if value is None else value
 
+    def tokens(self, state, name, floor):
+        """The budget ``name``: the task's hint, else its share of the context window, at least ``floor``."""
+        value = state["hints"].get(name)
+        if value is not None:
+            return int(value)
+        window = int(getattr(self.program, "context_window", 0) or 0)
+        return max(int(floor), int(window * WINDOW_SHARE.get(name, 0)))
+
     def budget(self, state, text, tokens=None):
         """``text`` within ``tokens`` tokens of the executor's tokenizer (default: the observation budget);
         over it, cut with a visible marker that says how much is missing. Remembered per text."""
-        tokens = tokens or int(self.hint(state, "observation_tokens", OBS_TOKENS))
+        tokens = tokens or self.tokens(state, "observation_tokens", OBS_TOKENS)
         key = (text, tokens)
         if key not in state["budgeted"]:
             state["budgeted"][key] = self._cut(text, tokens)
@@ -137,7 +150,7 @@ class Harness:
         keep = max(0, len(text) * tokens // n)
         while keep and self.program.count_tokens(text[:keep]) > tokens:
             keep = keep * 9 // 10
-        return f"{text[:keep]} [... {n - self.program.count_tokens(text[:keep])} more tokens cut]"
+        return f"{text[:keep]} {cut_marker(n - self.program.count_tokens(text[:keep]))}"
 
     def system_prompt(self, state) -> str:
         parts = [self.program.prompt.strip()]
@@ -150,7 +163,7 @@ class Harness:
             parts.append(f"## Skill: {skill.name}\n{skill.body.strip()}")
         tools = state["task"].tools if self.preset(state) == "tool-calling" else None
         if tools:
-            parts.append(self.budget(state, self.tool_list(tools), int(self.hint(state, "tools_tokens", TOOLS_TOKENS))))
+            parts.append(self.budget(state, self.tool_list(tools), self.tokens(state, "tools_tokens", TOOLS_TOKENS)))
         return "\n\n".join(p for p in parts if p)
 
     def preset(self, state):
@@ -198,7 +211,7 @@ class Harness:
         share of each command (an action's first word), those sharing most words with the task and the
         observers' notes first, shown in the environment's order, and a marker. The model may still write
         an action that is not listed: the nearest valid action is played."""
-        budget = int(self.hint(state, "actions_tokens", ACTIONS_TOKENS))
+        budget = self.tokens(state, "actions_tokens", ACTIONS_TOKENS)
         text = ", ".join(actions)
         tokens = len(text) if len(text) <= budget else self.program.count_tokens(text)  # one count: a round trip
         if tokens <= budget:
@@ -280,7 +293,7 @@ class Harness:
                 self.run_observers(state, obs.actions)
             tools = state["task"].tools if self.preset(state) == "tool-calling" else None
             return GenRequest(messages=self.chat_messages(state), tools=tools or None,
-                              max_tokens=int(self.hint(state, "reply_tokens", CHAT_TOKENS)))
+                              max_tokens=self.tokens(state, "reply_tokens", CHAT_TOKENS))
         options = list(obs.actions or [])
         if obs.actions and CHOOSE_ACTIONS:
             key = self.state_key(obs)
@@ -293,8 +306,20 @@ class Harness:
         messages = [Message("system", self.system_prompt(state)),
                     Message("user", self.user_prompt(state, obs, options))]
         if obs.actions and CHOOSE_ACTIONS:
-            return ChoiceRequest(messages=messages, options=options, write=WRITE_CHOICE)
+            move = self.noted_move(state, options) if FOLLOW_NOTES else None
+            # A choice of one is answered without the model; the context still goes to the trace.
+            return ChoiceRequest(messages=messages, options=[move] if move else options, write=WRITE_CHOICE)
         return GenRequest(messages=messages, max_tokens=int(self.hint(state, "reply_tokens", ACTION_TOKENS)), stop=["\n"])
+
+    def noted_move(self, state, options):
+        """The move an observer's latest note names on a line ``Next: ACTION.`` when it is one of
+        ``options`` (the first such note, in the program's skill order), else None."""
+        for note in state["observed"].values():
+            for line in note.splitlines():
+                found = re.search(r"\bNext: (.+?)\.?\s*$", line)
+                if found and found.group(1).strip() in options:
+                    return found.group(1).strip()
+        return None
 
     def parse(self, state, obs, request, result):
         if isinstance(request, ChoiceRequest):

@@ -17,6 +17,7 @@ like any other.
 """
 from __future__ import annotations
 
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -31,6 +32,8 @@ from evolver_experience.imitation import SFT_DEFAULTS, ImitationOptions, plan_de
 from evolver_experience.train import describe, lineage, split_options, train_from
 
 OPERATOR = "mine-skill"
+FOLLOWING = "the harness plays the move a note names (FOLLOW_NOTES)"
+_FOLLOW_RE = re.compile(r"^FOLLOW_NOTES = (True|False)\b", re.M)
 
 
 class SkillMinerOptions(ImitationOptions):
@@ -49,6 +52,10 @@ class SkillMinerOptions(ImitationOptions):
     """Options of the expert iteration (``[plugins.expert-iteration]``'s keys, SFT keys included)."""
     max_rounds: int = 3
     """Mining rounds down one lineage."""
+    follow_notes: bool = True
+    """Also propose a twin of the candidate whose harness plays the move a note names without asking
+    the model (the default harness's ``FOLLOW_NOTES``), when the proposer may offer two candidates and
+    the parent's harness has that switch off; the gate decides which plays better."""
 
 
 class SkillMinerProposer:
@@ -119,14 +126,22 @@ class SkillMinerProposer:
                 run.log("skill-miner: the policy was not trained this round: the candidate is the skill alone")
             if manifest:
                 detail |= {k: summary[k] for k in ("train_run", "checkpoint", "losses", "samples", "from")}
-            draft = ctx.new_draft(OPERATOR, hypothesis=hypothesis, detail=detail)
-            target = Path(draft.path) / "skills" / cfg.skill
-            if target.exists():
-                shutil.rmtree(target)
-            shutil.copytree(root / "skills" / cfg.skill, target)
-        draft.manifest.update(manifest)
-        run.log(f"skill-miner: {hypothesis}")
-        return [draft]
+            drafts = [ctx.new_draft(OPERATOR, hypothesis=hypothesis, detail=detail)]
+            if cfg.follow_notes and getattr(ctx, "n", 1) > 1 and _following(root) is False:
+                # The same skill and weights with the harness playing the notes' moves itself: a policy
+                # that has not learnt to follow them yet, or follows them loosely, is not in their way.
+                drafts.append(ctx.new_draft(OPERATOR, hypothesis=f"{hypothesis}; {FOLLOWING}",
+                                            detail=detail | {"follow_notes": True}))
+            for draft in drafts:
+                target = Path(draft.path) / "skills" / cfg.skill
+                if target.exists():
+                    shutil.rmtree(target)
+                shutil.copytree(root / "skills" / cfg.skill, target)
+                draft.manifest.update(manifest)
+            if len(drafts) > 1:
+                _follow(Path(drafts[1].path))
+        run.log(f"skill-miner: {hypothesis}" + (f" (and a twin: {FOLLOWING})" if len(drafts) > 1 else ""))
+        return drafts
 
     def teaching(self, tasks: list) -> str | None:
         """How this round teaches the policy the notes: ``train``, with ``auto`` resolved to imitation
@@ -158,3 +173,16 @@ class SkillMinerProposer:
             return None
         replayed = [e for e in replay_episodes(run, program, kept) if not e.error]
         return train_from(run, ctx.parent, ctx.iteration, OPERATOR, self.expert.sft, episodes=replayed), stats
+
+
+def _following(program_root: Path) -> bool | None:
+    """The ``FOLLOW_NOTES`` switch of the harness under ``program_root``; None when it has none (evolved
+    away, or a harness of another design)."""
+    path = Path(program_root) / "harness" / "harness.py"
+    found = _FOLLOW_RE.search(path.read_text()) if path.is_file() else None
+    return None if found is None else found.group(1) == "True"
+
+
+def _follow(program_root: Path) -> None:
+    path = Path(program_root) / "harness" / "harness.py"
+    path.write_text(_FOLLOW_RE.sub("FOLLOW_NOTES = True", path.read_text(), count=1))

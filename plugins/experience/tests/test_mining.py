@@ -221,6 +221,39 @@ def test_a_store_with_no_rewards_gives_nothing_to_mine_and_no_candidate(tmp_path
     assert drafts == [] and any("nothing to mine" in line for line in logged), logged
 
 
+@pytest.mark.parametrize("n", [1, 2])
+def test_given_room_for_two_the_miner_adds_a_twin_whose_harness_plays_the_notes_moves(tmp_path, n):
+    import shutil
+
+    from evolver.harness import SEED_DIR
+    bench = DoorBench(demos=False)
+    won = mining.demonstrated(DoorBench(), bench.tasks("train", 2))
+    run, logged = fake_run(bench, won)
+    parent_root = tmp_path / "parent"
+    shutil.copytree(SEED_DIR, parent_root)
+    drafts = []
+
+    def new_draft(operator, hypothesis="", detail=None):
+        path = tmp_path / f"draft{len(list(tmp_path.glob('draft*')))}"
+        shutil.copytree(parent_root, path)
+        drafts.append(SimpleNamespace(path=str(path), manifest={}, hypothesis=hypothesis, detail=detail))
+        return drafts[-1]
+    ctx = SimpleNamespace(iteration=0, parent=SimpleNamespace(id="seed", root=str(parent_root), manifest={}),
+                          frontier=None, n=n, new_draft=new_draft)
+    out = SkillMinerProposer(run, train="none", demos_per_category=0).propose(ctx)
+    assert len(out) == n and out == drafts
+    harness = [(Path(d.path) / "harness" / "harness.py").read_text() for d in out]
+    assert "FOLLOW_NOTES = False" in harness[0] and (Path(out[0].path) / "skills" / "mined-moves").is_dir()
+    if n == 2:
+        assert "FOLLOW_NOTES = True" in harness[1] and "FOLLOW_NOTES = False" not in harness[1]
+        assert out[1].detail["follow_notes"] and "FOLLOW_NOTES" in out[1].hypothesis
+        assert (Path(out[1].path) / "skills" / "mined-moves" / mining.DATA_FILE).is_file()
+        # A parent that already follows its notes has no twin to offer.
+        (parent_root / "harness" / "harness.py").write_text(harness[1])
+        drafts.clear()
+        assert len(SkillMinerProposer(run, train="none", demos_per_category=0).propose(ctx)) == 1
+
+
 @pytest.mark.parametrize("demos", [True, False], ids=["imitation", "rewards-alone"])
 def test_the_proposer_writes_a_growing_skill_whose_notes_reach_the_policy_and_trains_it(tmp_path, tiny_dir, monkeypatch,
                                                                                           demos):
