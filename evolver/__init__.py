@@ -40,7 +40,7 @@ _API: dict[str, str] = {
     "SandboxedHarness": "evolver.harness_sandbox",  # a candidate's harness in a process of its own
     # -- the run handle and the workspace it works in
     "Run": "evolver.run",
-    **dict.fromkeys(["Config", "ROLES"], "evolver.config"),
+    **dict.fromkeys(["Config", "ROLES", "plugin_options"], "evolver.config"),
     "Store": "evolver.store",
     **dict.fromkeys(["ProgramRepo", "content_hash"], "evolver.programs"),
     "Frontier": "evolver.frontier",

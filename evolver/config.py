@@ -223,6 +223,22 @@ def _explain(exc: ValidationError, source: str) -> ConfigError:
     return ConfigError(f"{source}: " + "; ".join(lines))
 
 
+def plugin_options(model: type[BaseModel], raw: dict | None, section: str):
+    """``raw`` (a ``[plugins.<section>]`` table) validated as ``model``; on bad input a :class:`ConfigError`
+    that names each key as ``plugins.<section>.<key>``, suggests the nearest known key for a misspelt one,
+    and lists the known keys. The one way plugins report their options' errors."""
+    try:
+        return model.model_validate(dict(raw or {}))
+    except ValidationError as exc:
+        known = list(model.model_fields)
+        lines = []
+        for err in exc.errors():
+            loc = ".".join(str(p) for p in err["loc"])
+            close = difflib.get_close_matches(loc, known, n=1, cutoff=0.5) if err["type"] == "extra_forbidden" else []
+            lines.append(f"plugins.{section}.{loc}: {err['msg']}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        raise ConfigError(f"[plugins.{section}]: " + "; ".join(lines) + f". Known keys: {', '.join(known)}") from None
+
+
 def parse_override(item: str) -> tuple[list[str], Any]:
     """``loop.iterations=2`` -> (["loop", "iterations"], 2); values are TOML (strings may be bare)."""
     if "=" not in item:

@@ -53,3 +53,22 @@ def test_switching_benchmark_drops_the_other_benchmarks_options_but_keeps_the_us
     # a resumed run's recorded config (base) is kept unless the benchmark changes
     base = {"benchmark": "basic", "benchmark_options": {"categories": ["units"]}}
     assert load_config(None, ["benchmark=basic"], base=base).benchmark_options == {"categories": ["units"]}
+
+
+def test_plugin_options_name_the_key_suggest_the_nearest_and_list_the_known_ones():
+    from pydantic import BaseModel, ConfigDict
+
+    from evolver import plugin_options
+
+    class Opts(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        samples: int = 4
+        temperature: float = 1.0
+    assert plugin_options(Opts, None, "mine").samples == 4
+    assert plugin_options(Opts, {"samples": 8}, "mine").samples == 8
+    with pytest.raises(ConfigError) as err:
+        plugin_options(Opts, {"sample": 8, "temperature": "hot"}, "mine")
+    text = str(err.value)
+    assert text.startswith("[plugins.mine]: ") and "plugins.mine.sample: Extra inputs" in text
+    assert "did you mean 'samples'?" in text and "plugins.mine.temperature:" in text
+    assert text.endswith("Known keys: samples, temperature")

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from evolver import ConfigError
+from evolver import plugin_options
 
 
 class AutoSkillOptions(BaseModel):
@@ -66,10 +66,4 @@ class AutoSkillOptions(BaseModel):
 
 
 def load_options(config) -> AutoSkillOptions:
-    raw = dict((getattr(config, "plugins", None) or {}).get("autoskill", {}))
-    try:
-        return AutoSkillOptions(**raw)
-    except ValidationError as exc:
-        fields = sorted(AutoSkillOptions.model_fields)
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        raise ConfigError(f"[plugins.autoskill]: {problems}. Known keys: {', '.join(fields)}") from None
+    return plugin_options(AutoSkillOptions, (getattr(config, "plugins", None) or {}).get("autoskill", {}), "autoskill")

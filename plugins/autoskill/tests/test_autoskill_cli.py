@@ -48,6 +48,6 @@ def test_a_misspelled_option_is_a_clear_error():
     from evolver.errors import ConfigError
     from evolver_autoskill.options import load_options
 
-    with pytest.raises(ConfigError, match=r"\[plugins.autoskill\]: lamda: Extra inputs.*Known keys: .*lam"):
+    with pytest.raises(ConfigError, match=r"\[plugins.autoskill\]: plugins.autoskill.lamda: Extra inputs.*Known keys: .*lam"):
         load_options(Config(plugins={"autoskill": {"lamda": 0.5}}))
     assert load_options(Config(plugins={"autoskill": {"top_k": 5}})).top_k == 5

@@ -109,6 +109,7 @@ class SkillMinerProposer:
                           f"demonstrations (round {rounds + 1}): {info['cases']} cases ({len(new)} mined now, "
                           f"{len(had)} from the parent)")
             detail = {"round": rounds + 1, "stored": len(stored), "demos": len(demos), **info}
+            base_hypothesis, base_detail = hypothesis, dict(detail)
             manifest = {}
             summary = self.imitate(ctx, program, tasks) if teach == "imitation" else None
             if summary:
@@ -126,22 +127,29 @@ class SkillMinerProposer:
                 run.log("skill-miner: the policy was not trained this round: the candidate is the skill alone")
             if manifest:
                 detail |= {k: summary[k] for k in ("train_run", "checkpoint", "losses", "samples", "from")}
-            drafts = [ctx.new_draft(OPERATOR, hypothesis=hypothesis, detail=detail)]
-            if cfg.follow_notes and getattr(ctx, "n", 1) > 1 and _following(root) is False:
-                # The same skill and weights with the harness playing the notes' moves itself: a policy
-                # that has not learnt to follow them yet, or follows them loosely, is not in their way.
-                drafts.append(ctx.new_draft(OPERATOR, hypothesis=f"{hypothesis}; {FOLLOWING}",
-                                            detail=detail | {"follow_notes": True}))
-            for draft in drafts:
+            drafts = [(ctx.new_draft(OPERATOR, hypothesis=hypothesis, detail=detail), manifest, False)]
+            room = getattr(ctx, "n", 1)
+            if cfg.follow_notes and room > 1 and _following(root) is False:
+                # The same skill with the harness playing the notes' moves itself, so a policy that has
+                # not learnt to follow them, or follows them loosely, is not in their way: with the new
+                # weights, and (room for a third) with the parent's, in case training did harm.
+                drafts.append((ctx.new_draft(OPERATOR, hypothesis=f"{hypothesis}; {FOLLOWING}",
+                                             detail=detail | {"follow_notes": True}), manifest, True))
+                if manifest and room > 2:
+                    plain = f"{base_hypothesis}; the parent's policy; {FOLLOWING}"
+                    drafts.append((ctx.new_draft(OPERATOR, hypothesis=plain, detail=base_detail | {
+                        "follow_notes": True}), {}, True))
+            for draft, weights, follow in drafts:
                 target = Path(draft.path) / "skills" / cfg.skill
                 if target.exists():
                     shutil.rmtree(target)
                 shutil.copytree(root / "skills" / cfg.skill, target)
-                draft.manifest.update(manifest)
-            if len(drafts) > 1:
-                _follow(Path(drafts[1].path))
-        run.log(f"skill-miner: {hypothesis}" + (f" (and a twin: {FOLLOWING})" if len(drafts) > 1 else ""))
-        return drafts
+                draft.manifest.update(weights)
+                if follow:
+                    _follow(Path(draft.path))
+        run.log(f"skill-miner: {hypothesis}" + (f" (and {len(drafts) - 1} twin(s): {FOLLOWING})"
+                                                if len(drafts) > 1 else ""))
+        return [d for d, _, _ in drafts]
 
     def teaching(self, tasks: list) -> str | None:
         """How this round teaches the policy the notes: ``train``, with ``auto`` resolved to imitation

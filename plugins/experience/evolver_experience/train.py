@@ -6,9 +6,8 @@ never trained in place. Its steps land in ``train_steps`` and its status in ``ru
 """
 from __future__ import annotations
 
-from pydantic import ValidationError
 
-from evolver import ConfigError
+from evolver import ConfigError, plugin_options
 
 
 def split_options(own_model, raw: dict, section: str, sft_defaults: dict | None = None) -> tuple:
@@ -24,11 +23,7 @@ def split_options(own_model, raw: dict, section: str, sft_defaults: dict | None 
     if unknown:
         known = sorted(set(own_model.model_fields) | set(SFTOptions.model_fields))
         raise ConfigError(f"[plugins.{section}]: unknown key(s) {unknown}; known keys: {', '.join(known)}")
-    try:
-        cfg = own_model.model_validate(own)
-    except ValidationError as exc:
-        problems = "; ".join(f"plugins.{section}.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        raise ConfigError(problems) from None
+    cfg = plugin_options(own_model, own, section)
     load_sft(rest)  # fail at start-up on a bad SFT option, not mid-run
     return cfg, rest
 

@@ -221,8 +221,11 @@ def test_a_store_with_no_rewards_gives_nothing_to_mine_and_no_candidate(tmp_path
     assert drafts == [] and any("nothing to mine" in line for line in logged), logged
 
 
-@pytest.mark.parametrize("n", [1, 2])
-def test_given_room_for_two_the_miner_adds_a_twin_whose_harness_plays_the_notes_moves(tmp_path, n):
+@pytest.mark.parametrize("n,trained,expect", [(1, False, 1), (2, False, 2), (3, False, 2), (3, True, 3)])
+def test_given_room_the_miner_adds_twins_whose_harness_plays_the_notes_moves(tmp_path, monkeypatch, n, trained,
+                                                                              expect):
+    """Room for two: the candidate and its twin that follows the notes (same weights). Room for three, with
+    a trained policy: also the notes followed with the parent's weights, in case training did harm."""
     import shutil
 
     from evolver.harness import SEED_DIR
@@ -240,15 +243,23 @@ def test_given_room_for_two_the_miner_adds_a_twin_whose_harness_plays_the_notes_
         return drafts[-1]
     ctx = SimpleNamespace(iteration=0, parent=SimpleNamespace(id="seed", root=str(parent_root), manifest={}),
                           frontier=None, n=n, new_draft=new_draft)
+    if trained:
+        summary = {"checkpoint": "checkpoints/x", "losses": [1.0, 0.5], "samples": 4, "trajectories": 2, "steps": 2,
+                   "train_run": "r-mine-skill-it0", "from": "the configured executor model"}
+        monkeypatch.setattr(SkillMinerProposer, "teaching", lambda self, tasks: "imitation")
+        monkeypatch.setattr(SkillMinerProposer, "imitate", lambda self, ctx, program, tasks: summary)
     out = SkillMinerProposer(run, train="none", demos_per_category=0).propose(ctx)
-    assert len(out) == n and out == drafts
+    assert len(out) == expect and out == drafts
     harness = [(Path(d.path) / "harness" / "harness.py").read_text() for d in out]
-    assert "FOLLOW_NOTES = False" in harness[0] and (Path(out[0].path) / "skills" / "mined-moves").is_dir()
-    if n == 2:
-        assert "FOLLOW_NOTES = True" in harness[1] and "FOLLOW_NOTES = False" not in harness[1]
-        assert out[1].detail["follow_notes"] and "FOLLOW_NOTES" in out[1].hypothesis
-        assert (Path(out[1].path) / "skills" / "mined-moves" / mining.DATA_FILE).is_file()
-        # A parent that already follows its notes has no twin to offer.
+    assert "FOLLOW_NOTES = False" in harness[0] and not out[0].detail.get("follow_notes")
+    assert all("FOLLOW_NOTES = True" in h and "FOLLOW_NOTES = False" not in h for h in harness[1:])
+    assert all(d.detail["follow_notes"] and "FOLLOW_NOTES" in d.hypothesis for d in out[1:])
+    assert all((Path(d.path) / "skills" / "mined-moves" / mining.DATA_FILE).is_file() for d in out)
+    weights = [d.manifest.get("model") for d in out]
+    assert weights == (["checkpoints/x", "checkpoints/x", None] if trained else [None] * expect)
+    if expect == 3:
+        assert "parent's policy" in out[2].hypothesis and "checkpoint" not in out[2].detail
+    if n == 2:  # a parent that already follows its notes has no twin to offer
         (parent_root / "harness" / "harness.py").write_text(harness[1])
         drafts.clear()
         assert len(SkillMinerProposer(run, train="none", demos_per_category=0).propose(ctx)) == 1

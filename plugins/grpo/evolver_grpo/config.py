@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from evolver import ConfigError
+from evolver import plugin_options
 
 
 class GRPOConfig(BaseModel):
@@ -114,9 +114,4 @@ class GRPOConfig(BaseModel):
 
 
 def load(options: dict) -> GRPOConfig:
-    try:
-        return GRPOConfig.model_validate(options or {})
-    except ValidationError as exc:
-        lines = [f"plugins.grpo.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()]
-        known = ", ".join(GRPOConfig.model_fields)
-        raise ConfigError("bad GRPO options:\n  " + "\n  ".join(lines) + f"\nknown options: {known}") from None
+    return plugin_options(GRPOConfig, options, "grpo")

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import ValidationError, field_validator, model_validator
+from pydantic import field_validator, model_validator
 
-from evolver import ConfigError
+from evolver import plugin_options
 from evolver_grpo.config import GRPOConfig
 
 
@@ -60,9 +60,4 @@ class PPOConfig(GRPOConfig):
 
 
 def load(options: dict) -> PPOConfig:
-    try:
-        return PPOConfig.model_validate(options or {})
-    except ValidationError as exc:
-        lines = [f"{'.'.join(['plugins.ppo', *map(str, e['loc'])])}: {e['msg']}" for e in exc.errors()]
-        known = ", ".join(PPOConfig.model_fields)
-        raise ConfigError("bad PPO options:\n  " + "\n  ".join(lines) + f"\nknown options: {known}") from None
+    return plugin_options(PPOConfig, options, "ppo")

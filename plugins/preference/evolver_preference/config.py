@@ -2,9 +2,9 @@
 ``--set plugins.dpo.KEY=VALUE``."""
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from evolver import ConfigError
+from evolver import plugin_options
 
 
 class DPOConfig(BaseModel):
@@ -91,9 +91,4 @@ class DPOConfig(BaseModel):
 
 
 def load(options: dict, name: str = "dpo") -> DPOConfig:
-    try:
-        return DPOConfig.model_validate(options or {})
-    except ValidationError as exc:
-        lines = [f"plugins.{name}.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()]
-        known = ", ".join(DPOConfig.model_fields)
-        raise ConfigError(f"bad {name} options:\n  " + "\n  ".join(lines) + f"\nknown options: {known}") from None
+    return plugin_options(DPOConfig, options, name)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from evolver import ConfigError
+from evolver import plugin_options
 
 
 class SkillRLOptions(BaseModel):
@@ -164,14 +164,6 @@ class SFTOptions(BaseModel):
         return v
 
 
-def _load(model: type[BaseModel], raw: dict, section: str):
-    try:
-        return model.model_validate(dict(raw or {}))
-    except ValidationError as exc:
-        problems = "; ".join(f"plugins.{section}.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        raise ConfigError(f"[plugins.{section}]: {problems}. Known keys: {', '.join(model.model_fields)}") from None
-
-
 def _grpo_fields() -> set[str]:
     from evolver_grpo.config import GRPOConfig
 
@@ -190,9 +182,9 @@ def load_options(config_or_dict) -> SkillRLOptions:
     raw = config_or_dict if isinstance(config_or_dict, dict) else \
         (getattr(config_or_dict, "plugins", None) or {}).get("skillrl", {})
     own = {k: v for k, v in (raw or {}).items() if k not in grpo_part(raw)}
-    return _load(SkillRLOptions, own, "skillrl")
+    return plugin_options(SkillRLOptions, own, "skillrl")
 
 
 def load_sft(raw: dict) -> SFTOptions:
-    return _load(SFTOptions, raw, "sft")
+    return plugin_options(SFTOptions, raw, "sft")
 

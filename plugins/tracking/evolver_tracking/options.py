@@ -4,9 +4,9 @@ from __future__ import annotations
 import difflib
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
-from evolver import ConfigError
+from evolver import ConfigError, plugin_options
 
 TRACKERS = ("tensorboard", "mlflow", "wandb", "trackio")
 
@@ -45,8 +45,4 @@ def load_options(raw: dict | None) -> TrackingOptions:
             close = difflib.get_close_matches(str(name), TRACKERS, n=1)
             hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(TRACKERS)}"
             raise ConfigError(f"[plugins.tracking] report_to: unknown tracker {name!r}; {hint}")
-    try:
-        return TrackingOptions.model_validate(raw)
-    except ValidationError as exc:
-        problems = "; ".join(f"plugins.tracking.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        raise ConfigError(f"[plugins.tracking]: {problems}") from None
+    return plugin_options(TrackingOptions, raw, "tracking")
