@@ -289,7 +289,7 @@ def run(obj: Ctx, resume, proposer_names, iterations, cluster_engine, overrides)
     """Run the self-improvement loop, then evaluate the frontier on test and write a report."""
     from evolver.loop import run_loop
     from evolver.run import LOOP_RUN_ID
-    from evolver.ui import LiveStatus
+    from evolver.live_status import LiveStatus
 
     extra = []
     if proposer_names:

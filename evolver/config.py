@@ -51,8 +51,9 @@ class LoopConfig(Strict):
     failure_threshold: float = 0.8
     """tau: episodes scoring below it are failures (EvoSkill uses 0.8 on a 0..1 score)."""
     staged: bool = True
-    """Staged evaluation: candidates play one dev task per category first; one clearly worse than its
-    parent there (by more than one task's worth) is not played on the rest of dev."""
+    """Staged evaluation with early stopping: candidates play one dev task per category, then half of
+    each, before the rest; one whose paired score against its parent on the tasks so far is worse (the
+    gate's test at ``gate_level``) and that is leaner on nothing cannot be admitted, and stops there."""
     monitor: Literal["judge", "rules", "off"] = "judge"
     """The anti-hack monitor on each candidate's added code (evolver/monitor.py): rules flag what reaches for
     answers, the store or the evaluator; "judge" rejects what the judge role confirms, "rules" whatever

@@ -68,7 +68,7 @@ def register_harnesses(register):
 
 @hookimpl
 def on_candidate(run, candidate, outcome):
-    """The live display's scoreboard (evolver.ui.LiveStatus) shows each candidate's dev score as it lands."""
+    """The live display's scoreboard (evolver.live_status.LiveStatus) shows each candidate's dev score as it lands."""
     ui = getattr(run, "ui", None)
     if ui is not None and hasattr(ui, "on_candidate"):
         ui.on_candidate(run, candidate, outcome)

@@ -16,6 +16,7 @@ evaluation cache keeps any episode from being played or counted twice.
 from __future__ import annotations
 
 import dataclasses
+import math
 import shutil
 import tempfile
 import time
@@ -28,6 +29,7 @@ from evolver.checks import audit_harness_code, audit_leakage, check_harness_impo
 from evolver.errors import RepoDamagedError, StoreIOError
 from evolver.evaluate import Job, evaluate_many, run_episodes, sample_stratified, summarize
 from evolver.frontier import Frontier
+from evolver.gate import compare
 from evolver.harness import SEED_DIR
 from evolver.proposers import Draft, ProposeContext
 from evolver.run import Run
@@ -425,43 +427,81 @@ def _smoke(run: Run, it: int, checked: list[Candidate], data: dict) -> list[list
     return play(run, jobs, seed=cfg.episode_seed, purpose="smoke", store=run.store)
 
 
-def probe_tasks(dev: list) -> list:
-    """Stage one of the evaluation: the first dev task of each category."""
-    first: dict[str, object] = {}
+def probe_tasks(dev: list, share: float = 0.0) -> list:
+    """A stage of the evaluation: the first dev task of each category (``share`` 0), or the first
+    ``ceil(share * n)`` of each category's ``n`` tasks, in dev order."""
+    by_cat: dict[str, list] = {}
     for t in dev:
-        first.setdefault(t.category, t)
-    return list(first.values())
+        by_cat.setdefault(t.category, []).append(t)
+    keep = {id(t) for ts in by_cat.values() for t in ts[:max(1, math.ceil(share * len(ts)))]}
+    return [t for t in dev if id(t) in keep]
+
+
+STAGES = (0.0, 0.5)  # the probe (one task a category), then half of each category, before the whole split
 
 
 def _probe(run: Run, it: int, candidates: list[Candidate], data: dict) -> list[Candidate]:
-    """Staged evaluation: every candidate first plays the probe (one dev task per category, all
-    candidates in one batch); one that is clearly worse than its parent there stops, the others go on
-    to the full dev split, where the probe's episodes are reused from the cache.
-
-    Early rejection rule: ``probe score < parent's probe score - 1 / len(probe)``, i.e. the candidate
-    lost more than one whole task's worth of score against its parent on the same tasks.
+    """Staged evaluation with early stopping: every candidate plays the probe (one dev task per
+    category), then half of each category, all candidates in one batch each time, with their parents
+    beside them (from the cache where they played before); the episodes played are reused by the next
+    stage and the full dev split. After each stage a candidate stops when it cannot be admitted on what
+    it has shown: its paired score against its parent on the tasks so far is worse (the gate's test,
+    bootstrap when the gate is off, at ``loop.gate_level``) and it is leaner on no other objective, so
+    not even a trade-off. Its proposal records the dev episodes it did not play (``saved_episodes``).
     """
-    probe = probe_tasks(data["dev"])
-    if len(probe) >= len(data["dev"]):
-        return candidates  # the probe would be the whole split: nothing to save
-    run.status = f"iteration {it}: probing {len(candidates)} candidates"
-    parents = {c.proposal.parent_id for c in candidates}
-    programs = [c.program for c in candidates] + [run.repo.checkout(p) for p in sorted(parents)]  # type: ignore
-    jobs = [(run.context(p), probe) for p in programs]
-    results = play(run, jobs, seed=run.config.loop.episode_seed, purpose="eval", store=run.store,
-                   progress=_progress(run, "probe"))
-    score = {p.id: summarize(p.id, "dev", eps).score for p, eps in zip(programs, results)}
-    kept = []
-    for cand in candidates:
-        parent_score = score[cand.proposal.parent_id]
-        if score[cand.id] < parent_score - 1.0 / len(probe):
-            reason = (f"stopped after the probe: {score[cand.id]:.3f} vs its parent's {parent_score:.3f} "
-                      f"on {len(probe)} dev tasks")
-            _transition(run, it, cand, "discarded", reason, {"probe_score": score[cand.id]}, note=reason)
+    cfg, dev = run.config.loop, data["dev"]
+    done = 0
+    for share in STAGES:
+        stage = probe_tasks(dev, share)
+        if len(stage) >= len(dev) or not candidates:
+            break
+        if len(stage) <= done:  # no bigger than the stage before: nothing new to judge by
+            continue
+        done = len(stage)
+        run.status = f"iteration {it}: {len(candidates)} candidates on {len(stage)} of {len(dev)} dev tasks"
+        parents = {c.proposal.parent_id for c in candidates}
+        programs = [c.program for c in candidates] + [run.repo.checkout(p) for p in sorted(parents)]  # type: ignore
+        results = play(run, [(run.context(p), stage) for p in programs], seed=cfg.episode_seed, purpose="eval",
+                       store=run.store, progress=_progress(run, "probe" if share == 0 else "stage"))
+        played = {p.id: eps for p, eps in zip(programs, results)}
+        kept = []
+        for cand in candidates:
+            hopeless = _hopeless(cfg, played[cand.id], played[cand.proposal.parent_id])
+            if hopeless is None:
+                kept.append(cand)
+                continue
+            paired, a, b = hopeless
+            saved = len(dev) * episodes_per_task(run) - len(stage)
+            where = "the probe" if share == 0 else f"{len(stage)} of {len(dev)} dev tasks"
+            reason = (f"stopped after {where}: {a['score']:.3f} vs its parent's {b['score']:.3f}, paired "
+                      f"{paired}; leaner on nothing: it cannot be admitted ({saved} dev episodes saved)")
+            _transition(run, it, cand, "discarded", reason, {"probe_score": a["score"], "paired": paired.to_dict()
+                                                             | {"versus": cand.proposal.parent_id},
+                                                             "probe_tasks": len(stage), "saved_episodes": saved},
+                        note=reason)
             run.repo.remove_worktree(cand.id)
-        else:
-            kept.append(cand)
-    return kept
+        candidates = kept
+    return candidates
+
+
+def _hopeless(cfg, mine: list, theirs: list):
+    """(paired score, candidate's metrics, parent's metrics) when episodes ``mine`` cannot be admitted
+    against the parent's ``theirs`` on the same tasks: the paired score is worse (``cfg.gate``'s test,
+    bootstrap when off, at ``cfg.gate_level``) and no other objective is better; else None."""
+    method = cfg.gate if cfg.gate != "none" else "bootstrap"
+    paired = compare(per_task(mine)["score"], per_task(theirs)["score"], method, cfg.gate_level)
+    a, b = summarize("candidate", "dev", mine).metrics(), summarize("parent", "dev", theirs).metrics()
+    if paired is None or paired.verdict != "worse" or any(_better(o, a, b) for o in cfg.objectives[1:]):
+        return None
+    return paired, a, b
+
+
+def _better(objective: str, a: dict, b: dict) -> bool:
+    """Whether metrics ``a`` beat ``b`` on ``objective`` ("metric:goal"), plainly (not equal within isclose)."""
+    metric, _, goal = objective.partition(":")
+    if metric not in a or metric not in b or math.isclose(a[metric], b[metric]):
+        return False
+    return a[metric] > b[metric] if goal != "min" else a[metric] < b[metric]
 
 
 def _evaluate_and_select(run: Run, it: int, candidates: list[Candidate], data: dict) -> list[str]:

@@ -5,7 +5,7 @@ On a terminal (stderr a TTY, outside CI) it is a rich bar with the count, the ra
 an ETA, left on screen when the work ends. Elsewhere (CI, a pipe, a log file) it is plain lines on
 stderr, at most one every ``every`` seconds plus the last one, so a log stays readable. Inside another
 live display (``evolver run``'s, or a bar already on screen) it prints plain lines too, which that
-display shows above itself. ``evolver run`` keeps its own live display (:mod:`evolver.ui`); eval,
+display shows above itself. ``evolver run`` keeps its own live display (:mod:`evolver.live_status`); eval,
 train, the serve start-up and the embedded model's fetch use this.
 
 The ETA is the rate since the first update (not since the start: episodes found in the cache arrive at

@@ -137,6 +137,12 @@ def render(run, summary: dict) -> str:
         reason = (r.get("reason") or "").splitlines()[0].split(" (score ")[0][:80] if r.get("reason") else ""
         lines.append(f"| {r['candidate_id']} | {r['proposer']} | {r['operator']} | {r['parent_id']} | {r['status']} | "
                      f"{'' if score is None else f'{score:.3f}'} | {paired} | {reason} |")
+    stopped = [(r.get("scores") or {}).get("saved_episodes") for r in rows]
+    stopped = [n for n in stopped if isinstance(n, int)]
+    if stopped:
+        lines += ["", f"Early stopping: {len(stopped)} candidates stopped before the whole dev split, when their "
+                      f"paired score against their parent could no longer be admitted; {sum(stopped)} dev episodes "
+                      "not played."]
     lines += monitor_lines(run, rows)
     lines += cut_lines(run)
     lines += ["", "## Tokens", ""] + [f"- {role}: {n}" for role, n in sorted(summary["tokens"].items())]

@@ -68,7 +68,7 @@ class Run:
         self.models = Models(config, self.workspace, self.tokens)
         self._benchmark = None
         self._cluster = None
-        self.ui = None  # the progress display (evolver.ui.LiveStatus), when one is attached
+        self.ui = None  # the progress display (evolver.live_status.LiveStatus), when one is attached
         self._status = ""
         self._live = None  # evolver.live.LivePublisher, made on the first status: what `evolver ui` shows
 

@@ -308,8 +308,11 @@ def test_staged_evaluation_stops_a_clearly_worse_candidate_after_the_probe(tmp_p
         first, second = store.proposals(run.id)
         assert first["status"] == "admitted"
         assert second["status"] == "discarded" and second["reason"].startswith("stopped after the probe: 0.000")
-        # it played the probe (one dev task per category) and nothing more
+        assert "paired -1.000 [-1.000, -1.000]" in second["reason"] and "leaner on nothing" in second["reason"]
+        # it played the probe (one dev task per category) and nothing more: the other 2 of 4 are saved
         assert len(store.episodes(program_id=second["candidate_id"], purpose="eval")) == 2
+        assert second["scores"]["saved_episodes"] == 2 and second["scores"]["paired"]["verdict"] == "worse"
+        assert "Early stopping: 1 candidates stopped before the whole dev split" in Path(summary["report"]).read_text()
         # the admitted one played the whole dev split (4 tasks) without replaying its probe
         assert len(store.episodes(program_id=first["candidate_id"], split="dev")) == 4
         assert summary["best"] == first["candidate_id"]
@@ -470,3 +473,29 @@ def test_a_sampling_executor_plays_several_episodes_per_dev_task_and_the_gate_av
     finally:
         run.close()
         store.close()
+
+
+def test_the_stages_of_an_evaluation_grow_by_category_in_dev_order():
+    from types import SimpleNamespace as T
+
+    from evolver.loop import probe_tasks
+    dev = [T(category=c, i=i) for i, c in enumerate("aabbbbc")]
+    assert [t.i for t in probe_tasks(dev)] == [0, 2, 6]  # the first of each category
+    assert [t.i for t in probe_tasks(dev, 0.5)] == [0, 2, 3, 6]  # ceil(half) of each
+    assert probe_tasks(dev, 1.0) == dev
+
+
+def test_a_candidate_stops_early_only_when_worse_by_the_test_and_leaner_on_nothing():
+    from evolver.config import LoopConfig
+    from evolver.loop import _hopeless
+    from evolver.types import Episode, Task
+
+    def eps(scores, tokens):
+        return [Episode(task=Task(f"t{i}", "b", "dev", "c"), program_id="p", program_hash="h", model="m", seed=0,
+                        score=s, prompt_tokens=tokens) for i, s in enumerate(scores)]
+    cfg = LoopConfig(objectives=["score:max", "context_tokens:min"])
+    parent = eps([1, 1, 1, 1, 1, 1], 100)
+    assert _hopeless(cfg, eps([0] * 6, 100), parent)[0].verdict == "worse"  # worse and no leaner: stop
+    assert _hopeless(cfg, eps([0] * 6, 50), parent) is None  # worse but leaner: a trade-off, it goes on
+    assert _hopeless(cfg, eps([1, 1, 1, 1, 1, 0], 100), parent) is None  # one task lost: within noise
+    assert _hopeless(cfg.model_copy(update={"gate": "none"}), eps([0] * 6, 100), parent) is not None

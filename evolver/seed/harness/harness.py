@@ -31,6 +31,10 @@ It is copied into every new program and may be evolved. The interface is documen
   48 dev, with 17% fewer context tokens on test. Writing every step into one log, the latest
   observation last and unlabelled, would cache a little more, but after SFT it scored 0.427 / 0.459:
   the model took peckingorder's next item without reading the instructions again (0.38 on test).
+- ``FOLLOW_NOTES`` (off in the seed): when an observer's note names a valid move (``Next: ACTION.``),
+  play it as a choice of one, which the evaluator answers without the model; the prompt is still built
+  and stored. A policy that has not learnt to follow a skill's notes is then not in their way; the skill
+  miner proposes the switch as a twin of its candidate and the gate decides.
 - Presets (the task's ``hints``, see ``evolver.benchmarks.base``): "text-game" as above; "chat" keeps
   the conversation as chat turns and plays the whole reply; "tool-calling" adds the task's tools. The
   task prompt and each observation are budgeted in tokens (a share of the model's context window,
@@ -54,7 +58,7 @@ NOTES = 3  # older observations kept as notes once they leave the window
 NOTE_CHARS = 300  # one note's share of the context
 LOOP_GUARD = True  # hold back actions already taken in the same state
 OBSERVERS = True  # run the scripts skills offer as observers (front matter metadata.observe) after each step
-FOLLOW_NOTES = False  # play the move an observer's note names ("Next: ACTION.", a valid action) without asking the model
+FOLLOW_NOTES = False  # play the move an observer's note names ("Next: ACTION.", a valid action), not the model's
 # Budgets in tokens: a share of the executor's context window, never below the floor (a small model's
 # window is mostly taken by the rest of the prompt). A task's hint of the same name sets one outright.
 OBS_TOKENS = 400  # floor of the task prompt's and one observation's share (hint: observation_tokens)

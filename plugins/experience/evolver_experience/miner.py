@@ -3,9 +3,11 @@
 Each round it reads every training episode of the run in the store (the policy's rollouts, expert
 iteration's samples, imitation's replayed demonstrations) plus, where the benchmark offers them,
 demonstrations of ``demos_per_category`` more training tasks per category played in their
-environments, turns their steps into cases (:mod:`evolver_experience.mining`), merges them with the
-cases the parent's copy of the skill held, and writes the skill into the candidate. The skill grows
-down a lineage, one commit per version (``evolver skills history mined-moves``).
+environments (else, with nothing to imitate, ``explore_per_category`` training tasks per category
+played at random: rewards alone), turns their steps into cases (:mod:`evolver_experience.mining`),
+merges them with the cases the parent's copy of the skill held, and writes the skill into the
+candidate. The skill grows down a lineage, one commit per version (``evolver skills history
+mined-moves``).
 
 A 135M model has never seen such notes, so the candidate also carries a checkpoint (``train``): the
 parent's policy fine-tuned on demonstrations of training tasks replayed through the candidate's own
@@ -48,6 +50,10 @@ class SkillMinerOptions(ImitationOptions):
     ``expert-iteration`` on its own best sampled rollouts with them (the ``expert`` options); ``auto``
     imitation where the benchmark demonstrates the tasks, else expert iteration (rewards alone);
     ``none``: the skill alone."""
+    explore_per_category: int = Field(60, ge=0)
+    """Where a round has no demonstrations to mine (the benchmark offers none, or the run uses none:
+    ``demonstrations = false``), training tasks per category played by picking valid actions at random
+    (their environments only: no model, milliseconds a game) and mined for their rewards; 0: none."""
     expert: dict[str, Any] = Field(default_factory=dict)
     """Options of the expert iteration (``[plugins.expert-iteration]``'s keys, SFT keys included)."""
     max_rounds: int = 3
@@ -72,6 +78,15 @@ class SkillMinerProposer:
         tasks = planned_tasks(self.run, {c: [rounds * n, n] for c in self.run.benchmark.categories})
         return mining.demonstrated(self.run.benchmark, tasks)
 
+    def exploration(self, rounds: int) -> list:
+        """Random-play episodes of this round's exploring slice (task ``rounds * n`` onwards per category)."""
+        n = self.cfg.explore_per_category
+        if not n:
+            return []
+        self.run.status = f"skill-miner explores {n} training tasks per category"
+        tasks = planned_tasks(self.run, {c: [rounds * n, n] for c in self.run.benchmark.categories})
+        return mining.explored(self.run.benchmark, tasks, seed=rounds)
+
     def propose(self, ctx) -> list:
         run, cfg, parent = self.run, self.cfg, ctx.parent
         if ctx.iteration % max(1, cfg.every):
@@ -89,14 +104,16 @@ class SkillMinerProposer:
         run.status = f"iteration {ctx.iteration}: skill-miner reads the store"
         stored = [e for e in run.store.episodes(run_id=run.id, split="train", with_steps=True) if not e.error]
         demos = self.demonstrations(rounds)
+        explored = [] if demos else self.exploration(rounds)  # rewards alone: what pays where, no model
         had = mining.read_cases(Path(parent.root) / "skills" / cfg.skill)
-        new = mining.mine(stored + demos, run.benchmark)
+        new = mining.mine(stored + demos + explored, run.benchmark)
         cases = mining.merge(had, new)
         if not new and not had:
             run.log(f"skill-miner: nothing to mine: none of the {len(stored)} training episodes in the store "
-                    "changed its score or was won, and the benchmark offered no demonstrations")
+                    f"or the {len(explored)} explored ones changed its score or was won, and the benchmark "
+                    "offered no demonstrations")
             return []
-        sources = stored + demos
+        sources = stored + demos + explored
         with tempfile.TemporaryDirectory(prefix="evolver-mined-") as tmp:
             # The candidate's files, built apart first: its notes go into the demonstrations it imitates.
             root = Path(tmp) / "program"
@@ -105,10 +122,12 @@ class SkillMinerProposer:
                                             sum(e.won for e in sources))
             program = Program(id=f"{parent.id}+{cfg.skill}", commit="", root=str(root), hash=content_hash(root),
                               manifest=dict(parent.manifest))
+            also = f" and {len(explored)} explored episodes (random valid actions)" if explored else ""
             hypothesis = (f"mine {cfg.skill} from {len(stored)} stored training episodes and {len(demos)} "
-                          f"demonstrations (round {rounds + 1}): {info['cases']} cases ({len(new)} mined now, "
-                          f"{len(had)} from the parent)")
-            detail = {"round": rounds + 1, "stored": len(stored), "demos": len(demos), **info}
+                          f"demonstrations{also} (round {rounds + 1}): {info['cases']} cases ({len(new)} mined "
+                          f"now, {len(had)} from the parent)")
+            detail = {"round": rounds + 1, "stored": len(stored), "demos": len(demos), "explored": len(explored),
+                      **info}
             base_hypothesis, base_detail = hypothesis, dict(detail)
             manifest = {}
             summary = self.imitate(ctx, program, tasks) if teach == "imitation" else None

@@ -177,25 +177,49 @@ def write_mined_skill(root: Path, name: str, cases: list[Case], episodes: int, w
 def demonstrated(benchmark, tasks: list[Task]) -> list[Episode]:
     """The benchmark's demonstrations of training ``tasks`` played in their environments (no harness,
     no model: only what the environment says and scores), as episodes of model ``gold``."""
-    from evolver import Step, has_gold
+    from evolver import has_gold
 
     offer = getattr(benchmark, "demonstration", None)
     out = []
     for task in tasks:
-        if task.split != "train":
-            continue
         actions = offer(task) if offer is not None else (list(task.gold) if has_gold(task) else None)
-        if not actions:
-            continue
-        ep = Episode(task=task, program_id="", program_hash="", model="gold", seed=0, purpose="mine")
-        with closing(benchmark.env(task)) as env:
-            obs = env.reset()
-            for action in actions:
-                if obs.done:
-                    break
-                obs = env.step(action)
-                ep.steps.append(Step(index=len(ep.steps), prompt="", output=action, action=action,
-                                     observation=obs.text, reward=obs.score))
-            ep.score, ep.won = obs.score, bool((obs.info or {}).get("won", obs.score >= 1.0))
-        out.append(ep)
+        if task.split == "train" and actions:
+            moves = iter(actions)
+            out.append(_played(benchmark, task, "gold", lambda obs, tried: next(moves, None), len(actions)))
     return out
+
+
+def explored(benchmark, tasks: list[Task], seed: int = 0) -> list[Episode]:
+    """Training ``tasks`` played by picking a valid action at random (one not yet taken in the same
+    observation while there is one), up to each task's step limit: rewards alone, no model, no
+    demonstration. Where the environment lists no valid actions there is nothing to pick: no episode."""
+    import random
+
+    rng = random.Random(seed)
+
+    def pick(obs, tried):
+        fresh = [a for a in obs.actions or [] if (obs.text, a) not in tried] or list(obs.actions or [])
+        return rng.choice(fresh) if fresh else None
+    limit = getattr(benchmark, "max_steps", None) or 20
+    eps = [_played(benchmark, t, "random", pick, t.max_steps or limit) for t in tasks if t.split == "train"]
+    return [e for e in eps if e.steps]
+
+
+def _played(benchmark, task: Task, model: str, choose, limit: int) -> Episode:
+    """One episode of ``task`` whose actions ``choose(obs, tried)`` names (None ends it), at most ``limit``."""
+    from evolver import Step
+
+    ep = Episode(task=task, program_id="", program_hash="", model=model, seed=0, purpose="mine")
+    tried: set = set()
+    with closing(benchmark.env(task)) as env:
+        obs = env.reset()
+        while not obs.done and len(ep.steps) < limit:
+            action = choose(obs, tried)
+            if action is None:
+                break
+            tried.add((obs.text, action))
+            obs = env.step(action)
+            ep.steps.append(Step(index=len(ep.steps), prompt="", output=action, action=action,
+                                 observation=obs.text, reward=obs.score))
+        ep.score, ep.won = obs.score, bool((obs.info or {}).get("won", obs.score >= 1.0))
+    return ep

@@ -75,6 +75,24 @@ def test_the_miner_recovers_the_right_moves_of_a_benchmark_whose_answers_are_kno
     assert right == total, f"{right} of {total} moves named right"
 
 
+def test_random_play_of_training_tasks_teaches_the_right_moves_from_rewards_alone(tmp_path):
+    """No demonstration, no model: valid actions picked at random, and what raised or lowered the score."""
+    bench = DoorBench(demos=False)
+    eps = mining.explored(bench, bench.tasks("train", 40), seed=0)
+    assert len(eps) == 40 and all(e.model == "random" and e.steps for e in eps)
+    assert 0 < sum(e.won for e in eps) < 40  # a few lucky games, many lost
+    assert mining.explored(bench, bench.tasks("train", 40), seed=0)[7].steps == eps[7].steps  # seeded
+    folder, _ = skill_from(tmp_path, eps)
+    data = observe.load(folder / mining.DATA_FILE)
+    right = total = 0
+    for task in bench.tasks("dev", 8):
+        signs = DoorBench().env(task).signs
+        text, actions = transcript_and_actions(bench, task, [])
+        right += next_move(observe.note(text, actions, data)) == f"open {signs[0][0]} door"
+        total += 1
+    assert right >= total - 1, f"{right} of {total} first moves named right"
+
+
 def test_a_move_that_lowered_the_score_is_named_to_avoid(tmp_path):
     bench = DoorBench(demos=False)
     task = bench.tasks("train", 1)[0]
@@ -217,7 +235,7 @@ def test_a_store_with_no_rewards_gives_nothing_to_mine_and_no_candidate(tmp_path
     ctx = SimpleNamespace(iteration=0, parent=SimpleNamespace(id="seed", root=str(tmp_path), manifest={}),
                           frontier=None,
                           new_draft=lambda *a, **k: drafts.append(a) or None)
-    assert SkillMinerProposer(run, train="none").propose(ctx) == []
+    assert SkillMinerProposer(run, train="none", explore_per_category=0).propose(ctx) == []
     assert drafts == [] and any("nothing to mine" in line for line in logged), logged
 
 

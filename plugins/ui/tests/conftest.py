@@ -24,7 +24,9 @@ class Toggler:
         skills = Path(d.path) / "skills"
         had = (skills / "shout-words").exists()
         shutil.rmtree(skills / "shout-words", ignore_errors=True)
-        body = "Keep every answer short and plain." if had else "Answer with the word in UPPERCASE letters."
+        # The useless skill is the longer one: worse and no leaner, it cannot be admitted even as a trade-off.
+        body = ("Keep every answer short and plain: one word, no punctuation, no explanation, nothing around it, "
+                "and nothing before it.") if had else "Answer with the word in UPPERCASE letters."
         write_skill(skills, "brief" if had else "shout-words", "Use when asked to answer with a word.", body)
         if not had:
             return [d]

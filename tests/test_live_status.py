@@ -7,7 +7,7 @@ from rich.console import Console
 from evolver import plugins
 from evolver.frontier import Frontier
 from evolver.types import Candidate, Proposal
-from evolver.ui import LiveStatus
+from evolver.live_status import LiveStatus
 
 
 def fake_run():
