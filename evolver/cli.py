@@ -287,9 +287,10 @@ def train(obj: Ctx, trainer_name, steps, program_ref, resume, overrides, **train
 @click.pass_obj
 def run(obj: Ctx, resume, proposer_names, iterations, cluster_engine, overrides):
     """Run the self-improvement loop, then evaluate the frontier on test and write a report."""
+    from evolver.budget import BudgetExceeded
+    from evolver.live_status import LiveStatus
     from evolver.loop import run_loop
     from evolver.run import LOOP_RUN_ID
-    from evolver.live_status import LiveStatus
 
     extra = []
     if proposer_names:
@@ -304,9 +305,9 @@ def run(obj: Ctx, resume, proposer_names, iterations, cluster_engine, overrides)
         check_sandbox()
     except SandboxUnavailable as exc:
         raise EvolverError(str(exc)) from None
-    # A killed run is still "running"; one that stopped on an error is "failed": both resume, with any
-    # --set given now correcting the config they recorded.
-    unfinished = {"status": ("running", "failed"), "pattern": LOOP_RUN_ID}
+    # A killed run is still "running"; one that stopped on an error is "failed", at a [budget] cap "stopped":
+    # all resume, with any --set given now correcting the config they recorded (a larger budget).
+    unfinished = {"status": ("running", "failed", "stopped"), "pattern": LOOP_RUN_ID}
     with open_run(config, resume=unfinished if resume else None, record=False,  # run_loop records and seeds
                   nothing_to_resume="no unfinished run to resume in this store; start one with `evolver run`",
                   corrections=obj.overrides + extra + list(overrides) if resume else ()) as r:
@@ -314,6 +315,11 @@ def run(obj: Ctx, resume, proposer_names, iterations, cluster_engine, overrides)
             with LiveStatus() as ui:
                 r.console, r.ui = ui.console, ui
                 summary = run_loop(r)
+        except BudgetExceeded as exc:  # a cap the user set: the run ends here, resumable with a larger one
+            r.store.update_run(r.id, status="stopped", summary={"stopped": str(exc), "tokens": dict(r.tokens)})
+            click.secho(f"run {r.id} stopped at its budget: {exc}", fg="yellow", err=True)
+            click.echo(partial_report(r.store, r.store.get_run(r.id)))
+            return
         except Exception as exc:
             recorded = True
             try:

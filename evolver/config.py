@@ -135,6 +135,22 @@ class ClusterConfig(Strict):
     """Extra keyword arguments for the engine (ray: ``num_cpus`` of a local cluster, ``runtime_env``)."""
 
 
+class Cap(Strict):
+    tokens: int | None = Field(None, ge=0)
+    """Prompt and completion tokens, at most (None: no cap)."""
+    calls: int | None = Field(None, ge=0)
+    """Model requests, at most (each request of a batch is one)."""
+
+
+class BudgetConfig(Cap):
+    """Caps a run cannot exceed (``[budget]``), over all roles; ``[budget.roles.<role>]`` caps one role.
+    A request that could cross a cap, counting the requests still in flight at their most, is refused
+    before it is sent, and the run stops there with a partial report (``evolver.budget``)."""
+
+    roles: dict[str, Cap] = Field(default_factory=dict)
+    """Per role (executor, proposer, builder, judge): its own caps, beside the total ones."""
+
+
 class Config(Strict):
     """A run's configuration (``evolver.toml`` plus ``--set`` overrides), validated; every field documented."""
 
@@ -171,6 +187,8 @@ class Config(Strict):
     roles: dict[str, RoleConfig] = Field(default_factory=lambda: {r: RoleConfig() for r in ROLES})
     """Backend and model per role: executor, proposer, builder, judge."""
     loop: LoopConfig = Field(default_factory=LoopConfig)
+    budget: BudgetConfig = Field(default_factory=BudgetConfig)
+    """Hard caps on tokens and requests, in total and per role (``[budget]``); none by default."""
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
     """Where episodes play (``[cluster] engine = "ray"``); the default plays them in this process."""
     plugins: dict[str, dict[str, Any]] = Field(default_factory=dict)

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from evolver import monitor, plugins
 from evolver.backends.sampling import SampledBackend
+from evolver.budget import BudgetExceeded
 from evolver.checks import audit_harness_code, audit_leakage, check_harness_import, check_skill_files
 from evolver.errors import RepoDamagedError, StoreIOError
 from evolver.evaluate import Job, evaluate_many, run_episodes, sample_stratified, summarize
@@ -342,7 +343,7 @@ def _propose(run: Run, it: int, proposers: dict, parent: Program, failures, succ
         run.status = f"iteration {it}: {name} proposing"
         try:
             proposer.propose(ctx)
-        except (RepoDamagedError, StoreIOError):  # systemic: the run stops (and resumes once it is repaired)
+        except (RepoDamagedError, StoreIOError, BudgetExceeded):  # systemic: the run stops (and resumes)
             raise
         except Exception as exc:
             run.log(f"proposer {name} failed: {exc!r}")

@@ -9,6 +9,7 @@ from typing import Any
 
 from evolver import plugins
 from evolver.backends.base import Backend, Lowered
+from evolver.budget import Ledger, most_tokens
 from evolver.config import Config
 from evolver.types import GenRequest, GenResult, Program
 
@@ -23,10 +24,12 @@ def checkpoint_path(workspace: Path, model: str | None) -> str | None:
 
 
 class CountingBackend(Backend):
-    """Wraps a backend to count the tokens a role spends (for budgets and the report)."""
+    """Wraps a backend to count the tokens a role spends (for the report), and, with a ``ledger``
+    (:class:`evolver.budget.Ledger`) that has caps, to refuse a batch that could cross one."""
 
-    def __init__(self, inner: Backend, counter: dict, role: str):
+    def __init__(self, inner: Backend, counter: dict, role: str, ledger: Ledger | None = None):
         self.inner, self.counter, self.role = inner, counter, role
+        self.ledger = ledger if ledger is not None and ledger.limited() else None
         self.name, self.scores_options = inner.name, inner.scores_options
 
     @property
@@ -34,18 +37,32 @@ class CountingBackend(Backend):
         return self.inner.model  # follows the weights a trainer loads (load_weights changes it)
 
     def generate(self, requests: list[GenRequest]) -> list[GenResult]:
-        return self._count(self.inner.generate(requests))
+        held = self._reserve(requests)
+        return self._count(self.inner.generate(requests), held)
 
     def choose(self, requests):
-        return self._count(self.inner.choose(requests))
+        held = self._reserve(requests)
+        return self._count(self.inner.choose(requests), held)
 
     def lowered(self, requests: list) -> Lowered | None:
         low = self.inner.lowered(requests)
-        return low and Lowered(low.engine, low.gens, lambda results: self._count(low.finish(results)))
+        if low is None:
+            return None
+        held = self._reserve(requests)
+        return Lowered(low.engine, low.gens, lambda results: self._count(low.finish(results), held))
 
-    def _count(self, results: list) -> list:
-        self.counter[self.role] = self.counter.get(self.role, 0) + sum(r.prompt_tokens + r.completion_tokens
-                                                                       for r in results)
+    def _reserve(self, requests: list) -> tuple[int, int]:
+        if self.ledger is None or not requests:
+            return (0, 0)
+        held = (sum(most_tokens(self.inner, r) for r in requests), len(requests))
+        self.ledger.reserve(self.role, *held)
+        return held
+
+    def _count(self, results: list, held: tuple[int, int] = (0, 0)) -> list:
+        spent = sum(r.prompt_tokens + r.completion_tokens for r in results)
+        self.counter[self.role] = self.counter.get(self.role, 0) + spent
+        if self.ledger is not None:
+            self.ledger.settle(self.role, *held, spent, len(results))
         return results
 
     def count_tokens(self, text: str) -> int:
@@ -75,6 +92,7 @@ class Models:
     def __init__(self, config: Config, workspace: Path, tokens: dict[str, int]):
         self.config, self.workspace, self.tokens = config, Path(workspace), tokens
         self._backends: dict[tuple, Backend] = {}
+        self.ledger = Ledger(config.budget)
 
     def backend(self, role: str) -> Backend:
         """The backend for a role. Roles that name the same backend and model share one instance
@@ -83,7 +101,7 @@ class Models:
         if key not in self._backends:
             self._backends[key] = _remote(plugins.make("backend", rc.backend, model=rc.model, **rc.options),
                                           rc.backend, rc.model, rc.options)
-        return CountingBackend(self._backends[key], self.tokens, role)
+        return CountingBackend(self._backends[key], self.tokens, role, self.ledger)
 
     def checkpoint_of(self, program: Program) -> str | None:
         """The weights folder a program's manifest names (``model``: a trained checkpoint, relative
@@ -107,7 +125,7 @@ class Models:
                 self._backends.pop(old).close()
             self._backends[key] = _remote(plugins.make("backend", rc.backend, model=ckpt, **rc.options),
                                           rc.backend, ckpt, rc.options)
-        return CountingBackend(self._backends[key], self.tokens, "executor")
+        return CountingBackend(self._backends[key], self.tokens, "executor", self.ledger)
 
     def _role_key(self, role: str) -> tuple:
         rc = self.config.role(role)

@@ -3,6 +3,8 @@ for a small one is visible in the trace and named in the report (written as an o
 against the public API)."""
 from pathlib import Path
 
+import pytest
+
 from evolver import Benchmark, Env, Observation, Task, program_context, run_episodes
 from evolver.backends.scripted import ScriptedBackend
 from evolver.config import Config, RoleConfig
@@ -98,3 +100,72 @@ def test_the_context_window_comes_from_the_executor_and_a_cut_task_is_named_in_t
         assert run.context(seed(tmp_path)).context_window == 32768
     finally:
         run.close()
+
+
+def _stored_tokens(store, run_id):
+    _, rows = store.query("SELECT coalesce(sum(prompt_tokens + completion_tokens), 0) FROM episodes WHERE run_id = ?",
+                          [run_id])
+    return rows[0][0]
+
+
+def test_a_run_never_stores_more_tokens_than_its_budget_and_resumes_with_a_larger_one(tmp_path, monkeypatch):
+    """budget.tokens = N: every request is refused before it is sent when it could cross N, counting what
+    is in flight at its most; the run stops with a partial report and resumes with a larger budget."""
+    from click.testing import CliRunner
+
+    from evolver.cli import cli
+    from evolver.store import Store
+
+    monkeypatch.chdir(tmp_path)
+    toy = str(Path(__file__).with_name("toybench.py"))
+    roles = [f"--set=roles.{r}.backend=toyrule" for r in ("executor", "proposer", "builder", "judge")]
+
+    def args(store):
+        return ["--plugin", toy, "--store", str(tmp_path / store), "--set=benchmark=upper", "--set=benchmark_options={}",
+                "--set=proposers=[\"evoskill\"]", *roles, "--set=loop.train_per_category=1"]
+    r = CliRunner().invoke(cli, args("free") + ["run", "--iterations", "1"], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    with Store(tmp_path / "free" / "evolver.duckdb", read_only=True) as store:
+        free = store.latest_run()
+        spent = sum(free["summary"]["tokens"].values())
+    assert spent > 100
+    cap = spent // 2
+    r = CliRunner().invoke(cli, args("capped") + [f"--set=budget.tokens={cap}", "run", "--iterations", "1"],
+                           catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    assert "stopped at its budget: budget.tokens = " in r.output and "(partial)" in r.output
+    with Store(tmp_path / "capped" / "evolver.duckdb", read_only=True) as store:
+        row = store.latest_run()
+        assert row["status"] == "stopped" and "budget.tokens" in row["summary"]["stopped"]
+        assert 0 < sum(row["summary"]["tokens"].values()) <= cap
+        assert _stored_tokens(store, row["run_id"]) <= cap
+    r = CliRunner().invoke(cli, args("capped") + ["run", "--resume", f"--set=budget.tokens={spent * 10}"],
+                           catch_exceptions=False)
+    assert r.exit_code == 0 and "report:" in r.output, r.output
+    with Store(tmp_path / "capped" / "evolver.duckdb", read_only=True) as store:
+        again = store.latest_run()
+        assert again["run_id"] == row["run_id"] and again["status"] == "finished"
+
+
+def test_a_role_cap_refuses_that_role_alone_and_in_flight_work_counts_at_its_most():
+    from evolver.budget import BudgetExceeded, Ledger, most_tokens
+    from evolver.config import BudgetConfig
+    from evolver.types import ChoiceRequest, GenRequest, Message
+
+    ledger = Ledger(BudgetConfig(tokens=1000, roles={"proposer": {"calls": 2}}))
+    backend = ScriptedBackend()  # counts words
+    req = GenRequest(messages=[Message("user", "one two three")], max_tokens=10)
+    assert most_tokens(backend, req) == 3 + 16 + 16 + 10
+    choice = ChoiceRequest(messages=[Message("user", "pick")], options=["a b c d e f g h i j k l m n o p q r s t u v w "
+                                                                         "x y z aa bb cc dd ee"])
+    assert most_tokens(backend, choice) == 1 + 32 + 31 + 4
+    ledger.reserve("proposer", 45, 1)
+    ledger.reserve("proposer", 45, 1)
+    with pytest.raises(BudgetExceeded, match=r"budget.roles.proposer.calls = 2"):
+        ledger.reserve("proposer", 1, 1)
+    ledger.reserve("executor", 800, 1)  # another role: only the total binds it
+    with pytest.raises(BudgetExceeded, match=r"budget.tokens = 1000: 890 spent or in flight"):
+        ledger.reserve("executor", 200, 1)
+    ledger.settle("executor", 800, 1, 100, 1)  # it came back having spent 100
+    ledger.reserve("executor", 200, 1)
+    assert ledger.spent["executor"] == [100, 1] and ledger.held["executor"] == [200, 1]
