@@ -185,7 +185,9 @@ def run_loop(run: Run) -> dict:
     if start > 0:
         last = next(r for r in run.store.iterations(run.id) if r["iteration"] == start - 1)
         run.frontier = Frontier.from_dict(last["summary"]["frontier"])
-        run.log(f"resuming run {run.id} at iteration {start}")
+        before = _spent_before(run)
+        run.started -= before  # the wall-time budget counts the work done before the stop, not the pause
+        run.log(f"resuming run {run.id} at iteration {start} ({before:.0f}s of work before the stop)")
     else:
         (ev,), (values,), _ = evaluate_programs(run, [seed], data["dev"], "dev", -1)
         run.frontier.consider(SEED_ID, ev.metrics(), -1, per_task=values)
@@ -205,6 +207,18 @@ def run_loop(run: Run) -> dict:
     from evolver.final import finish  # it imports this module
 
     return finish(run, seed, data)
+
+
+def _spent_before(run: Run) -> float:
+    """Wall seconds a resumed run worked before it stopped: the seed's evaluation (from the run's start
+    to its first iteration) and every finished iteration; the time it lay stopped does not count."""
+    its = [r for r in run.store.iterations(run.id) if r["started_at"] is not None]
+    row = run.store.get_run(run.id)
+    if not its or row is None:
+        return 0.0
+    spent = max(0.0, (its[0]["started_at"] - row["created_at"]).total_seconds())
+    return spent + sum((r["finished_at"] - r["started_at"]).total_seconds() for r in its
+                       if r["status"] == "finished" and r["finished_at"] is not None)
 
 
 def _iterations_without_admission(run: Run) -> int:

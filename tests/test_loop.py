@@ -499,3 +499,26 @@ def test_a_candidate_stops_early_only_when_worse_by_the_test_and_leaner_on_nothi
     assert _hopeless(cfg, eps([0] * 6, 50), parent) is None  # worse but leaner: a trade-off, it goes on
     assert _hopeless(cfg, eps([1, 1, 1, 1, 1, 0], 100), parent) is None  # one task lost: within noise
     assert _hopeless(cfg.model_copy(update={"gate": "none"}), eps([0] * 6, 100), parent) is not None
+
+
+def test_a_resumed_run_counts_the_work_done_before_its_stop_against_its_wall_time(tmp_path):
+    import toybench
+    run, store, repo, _ = run_once(tmp_path, toybench.make_rule(), iterations=1, max_wall_s=10_000)
+    run_id = run.id
+    store = Store(Path(run.config.store) / "evolver.duckdb")
+    try:  # iteration 0 took 2,000 s of work; the stop itself lay between then and now
+        store.query("UPDATE iterations SET started_at = started_at - INTERVAL 3000 SECOND, "
+                    "finished_at = started_at - INTERVAL 1000 SECOND WHERE run_id = ?", [run_id])
+        store.query("UPDATE runs SET created_at = created_at - INTERVAL 3100 SECOND WHERE run_id = ?", [run_id])
+        cfg = make_config(tmp_path, toybench.make_rule(), iterations=3, max_wall_s=1500)
+        again = Run(cfg, store, ProgramRepo(Path(cfg.store)), run_id=run_id, resumed=True, console=Console())
+        try:
+            from evolver.loop import _spent_before
+            assert 2090 <= _spent_before(again) <= 2110  # seed evaluation ~100 s + iteration 0's 2,000 s
+            run_loop(again)
+        finally:
+            again.close()
+        assert len(store.iterations(run_id)) == 1  # no second iteration: 1,500 s were spent already
+        assert any("wall-time budget of 1500s" in line for line in again.console.lines)
+    finally:
+        store.close()
