@@ -13,6 +13,7 @@ from typing import Any, Callable
 from evolver import plugins
 from evolver.backends.base import Backend
 from evolver.config import Config, dump_config
+from evolver.errors import EvolverError
 from evolver.frontier import Frontier
 from evolver.harness import ProgramContext, context_window_of, program_context
 from evolver.models import CountingBackend, Models, checkpoint_path  # noqa: F401 (re-exported)
@@ -131,7 +132,12 @@ class Run:
         ctx.select_skills = select
         # The executor's tokenizer and window, from the first context on: the budgets a harness computes
         # must not depend on whether the model happened to be loaded already.
-        executor = self.models.loaded("executor") or self.models.backend("executor")
+        executor = self.models.loaded("executor")
+        if executor is None:
+            try:
+                executor = self.models.backend("executor")
+            except EvolverError:  # a command that plays nothing needs no model; one that plays fails there
+                return ctx
         ctx.count_tokens = executor.count_tokens
         ctx.context_window = context_window_of(executor)
         return ctx
