@@ -13,11 +13,11 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
+from evolver.backends.base import WRITTEN_CHOICE_TOKENS
 from evolver.errors import EvolverError
 from evolver.types import ChoiceRequest
 
 TEMPLATE_TOKENS = 16  # a chat template's tokens around one message (role markers, separators), at most
-WRITTEN_CHOICE_TOKENS = 32  # evolver.backends.base: the most a written choice may take
 
 
 class BudgetExceeded(EvolverError):

@@ -29,7 +29,7 @@ from evolver.budget import BudgetExceeded
 from evolver.checks import audit_harness_code, audit_leakage, check_harness_import, check_skill_files
 from evolver.errors import RepoDamagedError, StoreIOError
 from evolver.evaluate import Job, evaluate_many, run_episodes, sample_stratified, summarize
-from evolver.frontier import Frontier
+from evolver.frontier import Frontier, Objective
 from evolver.gate import compare
 from evolver.harness import SEED_DIR
 from evolver.proposers import Draft, ProposeContext
@@ -513,10 +513,10 @@ def _hopeless(cfg, mine: list, theirs: list):
 
 def _better(objective: str, a: dict, b: dict) -> bool:
     """Whether metrics ``a`` beat ``b`` on ``objective`` ("metric:goal"), plainly (not equal within isclose)."""
-    metric, _, goal = objective.partition(":")
-    if metric not in a or metric not in b or math.isclose(a[metric], b[metric]):
+    o = Objective.parse(objective)
+    if o.metric not in a or o.metric not in b or math.isclose(a[o.metric], b[o.metric]):
         return False
-    return a[metric] > b[metric] if goal != "min" else a[metric] < b[metric]
+    return o.better(a[o.metric], b[o.metric])
 
 
 def _evaluate_and_select(run: Run, it: int, candidates: list[Candidate], data: dict) -> list[str]:
