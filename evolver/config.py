@@ -83,6 +83,9 @@ class LoopConfig(Strict):
     """Episodes per task in dev and test evaluations, each with its own seed (episode_seed + k); the
     paired test averages them per task. None: 1 when the executor plays greedy (roles.executor.temperature
     = 0: more would be copies), 3 when it samples."""
+    test_frontier: bool = False
+    """Play every frontier member on test, not only the seed and the best (each is 36 more episodes on
+    the default run). The best is picked on dev either way."""
     best_of_n: bool = True
     """Report a no-evolution baseline: the seed program sampled with N seeds on dev (N = the candidates the
     run evaluated on dev), the best seed on dev then played on test, beside the seed and the evolved best."""

@@ -24,14 +24,14 @@ def finish(run: Run, seed: Program, data: dict) -> dict:
     cfg = run.config.loop
     baseline = best_of_n(run, data["dev"]) if cfg.best_of_n else None
     run.status = "final evaluation on test"
-    ids = [SEED_ID] + [m for m in run.frontier.ids() if m != SEED_ID]
+    best = run.frontier.best().program_id
+    ids = tested(run.frontier.ids(), best, cfg.test_frontier)
     programs = [run.repo.checkout(pid) for pid in ids]
     # The baseline plays in the same lockstep as the seed's greedy test episodes (same weights).
     extra = [Job(run.context(seed), data["test"], baseline["seed"], purpose="baseline",
                  temperature=cfg.baseline_temperature)] if baseline is not None else []
     evals, values, extra_lists = evaluate_programs(run, programs, data["test"], "test", run.iteration + 1,
                                                    extra=extra)
-    best = run.frontier.best().program_id
     summary = {"test": {ev.program_id: ev.metrics() | {"per_category": ev.per_category} for ev in evals},
                "baseline": SEED_ID, "best": best,
                "frontier": run.frontier.to_dict(), "tokens": dict(run.tokens),
@@ -52,6 +52,11 @@ def finish(run: Run, seed: Program, data: dict) -> dict:
     run.store.update_run(run.id, status="finished", summary=summary)
     plugins.hook().on_run_end(run=run, summary=summary)
     return summary
+
+
+def tested(members: list[str], best: str, whole_frontier: bool) -> list[str]:
+    """The programs the final test plays: the seed, then the best (``loop.test_frontier``: every member)."""
+    return [SEED_ID] + [m for m in (members if whole_frontier else [best]) if m != SEED_ID]
 
 
 def tries(run: Run) -> int:

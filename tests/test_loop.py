@@ -522,3 +522,18 @@ def test_a_resumed_run_counts_the_work_done_before_its_stop_against_its_wall_tim
         assert any("wall-time budget of 1500s" in line for line in again.console.lines)
     finally:
         store.close()
+
+
+def test_the_final_test_plays_the_seed_and_the_best_unless_asked_for_the_whole_frontier(tmp_path):
+    import toybench
+    from evolver.final import tested
+    run, store, repo, summary = run_once(tmp_path, toybench.make_rule(), iterations=1, best_of_n=False)
+    try:
+        assert summary["best"] != "seed"
+        played = {ep.program_id for ep in store.episodes(run_id=run.id) if ep.task.split == "test"}
+        assert played == set(summary["test"]) == {"seed", summary["best"]}
+    finally:
+        store.close()
+    assert tested(["p0002", "seed", "p0001"], "p0001", False) == ["seed", "p0001"]
+    assert tested(["p0002", "seed", "p0001"], "p0001", True) == ["seed", "p0002", "p0001"]
+    assert tested(["seed"], "seed", False) == ["seed"]  # nothing evolved: the seed alone

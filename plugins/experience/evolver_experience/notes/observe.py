@@ -35,12 +35,26 @@ SHARPNESS = 20.0
 # Where an action's words come from (:func:`codes`): the latest observation, the last action, the task,
 # an earlier observation. The task and the earlier observations hold more words than a move uses.
 SOURCE_WEIGHT = {"o": 1.0, "p": 1.0, "t": 0.5, "e": 1.0}
+# A number in an action may be computed from numbers the latest observation shows ("17" after "add 9
+# and 8"): each way of getting it from two of that observation's first DERIVE_FROM numbers by + - * /
+# is one more code letter of the word (:func:`derived`). Two actions whose numbers are got the same way
+# are the same move, however the numbers differ; a number got no way the case's was is another move.
+DERIVE_FROM = 4
+DERIVED_WEIGHT = 2.0
+OPS = ("+", "-", "*", "/")
+NUMBER = re.compile(r"\d+")
+# Between moves that are equally alike to the cases, the one with more of a case's own words goes
+# first: a tie breaker, never more ("put {o} in box" over "put {o} in bench" when both rooms' lists name them).
+EXACT_BONUS = 1e-3
 MIN_ACTION_MATCH = 0.75  # two actions this alike (word cosine) share their evidence, scaled by the match
 
 
 def bag(text: str) -> dict:
+    """Word counts; every number counts as the one word "#": states that differ only in their numbers
+    are the same kind of state (the numbers' part in a move is :func:`derived`'s)."""
     out: dict = {}
     for w in WORD.findall(text.lower()):
+        w = "#" if w.isdigit() else w
         out[w] = out.get(w, 0) + 1
     return out
 
@@ -113,11 +127,32 @@ def codes(action: str, state: tuple) -> str:
     case teaches states with other objects in them."""
     parts = (state[1], state[2], state[0], state[3] if len(state) > 3 else "")
     sources = [set(WORD.findall(part.lower())) for part in parts]
+    numbers = [int(n) for n in NUMBER.findall(state[1])[:DERIVE_FROM]]
     out = []
     for w in action.lower().split():
         w = "".join(WORD.findall(w))
-        out.append("".join(c for c, words in zip("opte", sources) if w in words) or "-")
+        code = "".join(c for c, words in zip("opte", sources) if w in words)
+        if w.isdigit() and len(numbers) > 1:
+            code += derived(int(w), numbers)
+        out.append(code or "-")
     return " ".join(out)
+
+
+def derived(n: int, numbers: list) -> str:
+    """One letter for each (operation, i, j) with ``numbers[i] op numbers[j] == n`` (i != j; a division
+    only when exact), in a fixed order: the letters are private-use characters, so they never clash
+    with the source letters of :func:`codes`."""
+    out = []
+    for k, op in enumerate(OPS):
+        for i, a in enumerate(numbers):
+            for j, b in enumerate(numbers):
+                if i == j:
+                    continue
+                got = a + b if op == "+" else a - b if op == "-" else a * b if op == "*" else \
+                    (a // b if b and a % b == 0 else None)
+                if got == n:
+                    out.append(chr(0xE000 + (k * DERIVE_FROM + i) * DERIVE_FROM + j))
+    return "".join(out)
 
 
 def template(action: str, action_codes: str) -> list:
@@ -128,7 +163,7 @@ def template(action: str, action_codes: str) -> list:
     wardrobe", not "put {o} in {t}")."""
     out: list = []
     for w, c in zip(action.lower().split(), action_codes.split()):
-        slot = "{%s}" % c[0] if c.strip("te-") else w
+        slot = "{%s}" % c[0] if c.strip("te-") else w  # a derived number is a slot too
         if c == "-" or not out or out[-1] != slot:
             out.append(slot)
     return out
@@ -144,19 +179,35 @@ def alike(a: str, a_codes: str, b: str, b_codes: str) -> float:
     if len(wa) == len(wb) == len(ca) == len(cb):
         same = 0.0
         for x, y, sx, sy in zip(wa, wb, ca, cb):
+            if not _same_derivation(sx, sy):
+                continue  # b's number was computed from its state, and a's is not computed that way
             if x == y:
                 same += 1.0 if sx == sy else 0.5
             elif sx != "-" and sy != "-":
                 # the parts both copy over the parts either copies, at least one part's worth: two
                 # words that only the task holds (any object a room lists) are half the same move
-                shared = sum(SOURCE_WEIGHT[c] for c in set(sx) & set(sy))
-                same += shared / max(1.0, sum(SOURCE_WEIGHT[c] for c in set(sx) | set(sy)))
+                shared = sum(SOURCE_WEIGHT.get(c, DERIVED_WEIGHT) for c in set(sx) & set(sy))
+                same += shared / max(1.0, sum(SOURCE_WEIGHT.get(c, DERIVED_WEIGHT) for c in set(sx) | set(sy)))
         return same / max(1, len(wa))
     ta, tb = template(a, a_codes), template(b, b_codes)
     if len(ta) == len(tb):
         return sum(x == y for x, y in zip(ta, tb)) / max(1, len(ta))
     ba, bb = bag(" ".join(ta)), bag(" ".join(tb))
     return cosine(ba, bb, norm(ba), norm(bb))
+
+
+def literal(a: str, b: str) -> float:
+    """The share of two actions' word positions that hold the same word (0 for other lengths)."""
+    wa, wb = a.lower().split(), b.lower().split()
+    return sum(x == y for x, y in zip(wa, wb)) / len(wa) if wa and len(wa) == len(wb) else 0.0
+
+
+def _same_derivation(sx: str, sy: str) -> bool:
+    """Whether a word coded ``sx`` can stand for one coded ``sy``: when ``sy`` was computed (a letter of
+    :func:`derived`), ``sx`` must be computed one of the same ways; the same number got by chance is
+    another move."""
+    got = {c for c in sy if c not in SOURCE_WEIGHT and c != "-"}
+    return not got or bool(got & set(sx))
 
 
 def rank(data: dict, near: list, state: tuple, actions: list | None) -> list:
@@ -176,7 +227,7 @@ def rank(data: dict, near: list, state: tuple, actions: list | None) -> list:
         for s, case in near:
             match = alike(a, mine, texts[case[3]], case[5])
             if match >= MIN_ACTION_MATCH:
-                total += s * case[4] * match * match
+                total += s * case[4] * (match * match + EXACT_BONUS * literal(a, texts[case[3]]))
         out.append((total, a))
     return sorted(out, key=lambda x: -x[0])
 
