@@ -2,8 +2,10 @@
 
 A plugin imports from ``evolver`` only (``from evolver import hookimpl, Benchmark, Env, Task``), never from
 a module inside it, and never a name that starts with ``_``: modules may move, these names stay
-(``tests/test_public_api.py`` holds first-party plugins to it). Each name's docstring is its contract; the
-hooks are in ``docs/plugins.md``.
+(``tests/test_public_api.py`` holds first-party plugins to it, and the API to at most 60 names). Each name's
+docstring is its contract (a constant's is its entry in ``_CONSTANTS``); related helpers are one name, a
+namespace class (``Skills.parse``, ``Harnesses.make``, ``Demos.replay_gold``); the hooks are in
+``docs/plugins.md``. A plugin uses another plugin the same way: only the names in that package's ``__all__``.
 
 Names load on first use (PEP 562), so ``import evolver`` costs a millisecond: a name whose module needs
 DuckDB or click pulls it in only when a plugin asks for that name. Nothing here needs torch: the local
@@ -20,55 +22,58 @@ _API: dict[str, str] = {
     "hookimpl": "evolver.hookspecs",
     # -- the nouns that cross plugin boundaries (plain dataclasses)
     **dict.fromkeys(["Task", "Observation", "Message", "GenRequest", "GenResult", "ChoiceRequest", "ChoiceResult",
-                     "Step", "Episode", "Program", "Proposal", "Candidate", "Evaluation", "stable_hash"],
+                     "Step", "Episode", "Program"],
                     "evolver.types"),
     # -- errors: a plugin raises these for what a user can fix; the CLI prints them without a traceback
-    **dict.fromkeys(["EvolverError", "ConfigError", "PluginError", "UnknownNameError", "SkillError",
-                     "StoreLockedError", "StoreIOError", "QueryError", "ProgramRepoError", "RepoDamagedError",
+    **dict.fromkeys(["EvolverError", "ConfigError", "UnknownNameError", "SkillError", "ProgramRepoError",
                      "BackendError", "BenchmarkError"],
                     "evolver.errors"),
-    # -- the interfaces registered objects implement
-    **dict.fromkeys(["Backend", "render_plain"], "evolver.backends.base"),
+    # -- the interfaces registered objects implement (``Backend.render_plain``: a transcript without a template)
+    "Backend": "evolver.backends.base",
     "SampledBackend": "evolver.backends.sampling",
     **dict.fromkeys(["Benchmark", "Env", "SPLITS"], "evolver.benchmarks.base"),
     **dict.fromkeys(["EnvPool", "PooledEnv"], "evolver.envpool"),  # simulators with one episode per process
-    **dict.fromkeys(["Proposer", "ProposeContext", "Draft"], "evolver.proposers"),
+    "Proposer": "evolver.proposers",
     "Trainer": "evolver.trainers",
-    **dict.fromkeys(["HARNESS_INTERFACE", "Action", "ProgramContext", "program_context", "SEED_DIR", "make_harness",
-                     "task_for_harness"],
-                    "evolver.harness"),
-    "SandboxedHarness": "evolver.harness_sandbox",  # a candidate's harness in a process of its own
+    "Cluster": "evolver.remote",  # cluster engines (hook register_clusters)
+    "Harnesses": "evolver.harness_sandbox",  # a program's harness outside the evaluator, in-process or sandboxed
     # -- the run handle and the workspace it works in
     "Run": "evolver.run",
-    **dict.fromkeys(["Config", "ROLES", "plugin_options"], "evolver.config"),
+    **dict.fromkeys(["ROLES", "plugin_options"], "evolver.config"),
     "Store": "evolver.store",
-    **dict.fromkeys(["ProgramRepo", "content_hash"], "evolver.programs"),
-    "Frontier": "evolver.frontier",
+    "ProgramRepo": "evolver.programs",  # ``ProgramRepo.content_hash(folder)``: the evaluation cache's key
     **dict.fromkeys(["open_workspace", "open_run", "DB_FILE"], "evolver.workspace"),
-    "ensure_seed": "evolver.loop",
     "make_plugin": "evolver.plugins:make",
     "store_json": "evolver.store_schema:dumps",
     # -- skills (the Agent Skills format) and their checks
-    **dict.fromkeys(["Skill", "SkillCaps", "parse_skill", "validate_skill", "load_skills", "check_skills",
-                     "write_skill", "check_name", "render_index", "relevant", "tokens", "shipped_skill",
-                     "shipped_skills_dir", "seed_skill_folders", "pack_folders", "hand_written"],
-                    "evolver.skills"),
-    "content_problems": "evolver.skill_quality",
+    **dict.fromkeys(["Skill", "SkillCaps", "Skills"], "evolver.skills"),
+    "SkillChecks": "evolver.checks",
     # -- text embeddings for retrieval and dedup (a dense model loads only when asked for)
-    **dict.fromkeys(["load_embedder", "SentenceEmbedder", "HashingEmbedder", "cosine"], "evolver.embeddings"),
-    **dict.fromkeys(["check_skill_files", "audit_leakage"], "evolver.checks"),
+    **dict.fromkeys(["load_embedder", "cosine"], "evolver.embeddings"),
     # -- playing episodes: evaluation, demonstrations, ablations
     **dict.fromkeys(["run_episodes", "evaluate_many", "summarize", "Job", "REPLAY_DIVERGED"], "evolver.evaluate"),
-    **dict.fromkeys(["Cluster", "share_weights"], "evolver.remote"),  # cluster engines; weights to their workers
-    **dict.fromkeys(["has_gold", "replay_gold", "replay_episodes"], "evolver.demonstrations"),
+    "share_weights": "evolver.remote",  # new weights to a cluster's workers
+    "Demos": "evolver.demonstrations",
     "variant": "evolver.conditions",
-    # -- what proposers show a model: traces, and read-only tools over a folder and the store
-    **dict.fromkeys(["format_episode", "brief_step", "gold_text"], "evolver.trace_format"),
-    **dict.fromkeys(["Tools", "converse"], "evolver.proposer_tools"),
+    # -- what proposers show a model: traces, and read-only tools over a folder and the store (``Tools.converse``)
+    "Traces": "evolver.trace_format",
+    "Tools": "evolver.proposer_tools",
     # -- reports: what a report format (hook register_report_formats) is handed
     **dict.fromkeys(["text_table", "ReportContext"], "evolver.report"),
     # -- long work's progress: a bar with an ETA on a terminal, throttled plain lines elsewhere
     "progress": "evolver.progressbar",
+}
+
+#: What each public constant means: a constant has no docstring of its own (tests/test_public_api.py holds
+#: every public name that is neither a class nor a function to an entry here).
+_CONSTANTS: dict[str, str] = {
+    "SPLITS": "The task splits a benchmark serves: train (proposers learn from it), dev (admission), test "
+              "(the final report only).",
+    "ROLES": "The model roles a run configures (``[roles.NAME]``: a backend and a model each); "
+             "``run.backend(ROLE)`` is the one a role names.",
+    "DB_FILE": "The trace store's file name inside a workspace (next to programs/, worktrees/, reports/).",
+    "REPLAY_DIVERGED": "Part of an episode's error when a replayed step's prompt differs from the recorded "
+                       "one (Job.replay): the recorded reply no longer answers it.",
 }
 
 __all__ = list(_API)

@@ -197,3 +197,13 @@ def audit_harness_code(root: Path, parent_root: Path | None = None) -> str:
     if new:
         return "harness names particular tasks: " + "; ".join(new[:3])
     return ""
+
+
+class SkillChecks:
+    """The checks a proposer runs on the skills it writes before they cost an evaluation: degenerate
+    content, files and caps, leaked answers (a namespace: ``SkillChecks.audit_leakage(...)``). Each returns
+    what is wrong ('' or [] when nothing is)."""
+
+    content_problems = staticmethod(content_problems)
+    check_files = staticmethod(check_skill_files)
+    audit_leakage = staticmethod(audit_leakage)

@@ -461,7 +461,7 @@ DEFAULT_TOML = """\
 benchmark = "twx"
 benchmark_options = { suite = "twx-easy" }
 store = "store"
-proposers = ["skill-miner"]   # a skill mined from rewards, and the policy taught its notes; add "evoskill" with a bigger model
+proposers = ["skill-miner"]   # a skill mined from rewards, which the harness follows; add "evoskill" with a bigger model
 
 [loop]
 iterations = 3

@@ -90,3 +90,12 @@ def replay(run, program: Program, harness, task: Task, actions: list[str], model
     finally:
         env.close()
     return ep
+
+
+class Demos:
+    """Demonstrations: episodes played from a task's gold actions or from recorded ones, through a program's
+    harness, so their steps hold the prompts that program builds (a namespace: ``Demos.replay_gold(...)``)."""
+
+    has_gold = staticmethod(has_gold)
+    replay_gold = staticmethod(replay_gold)
+    replay_episodes = staticmethod(replay_episodes)

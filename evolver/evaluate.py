@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterator
 
 from evolver.errors import BackendError, BenchmarkError
 from evolver.harness import Action, ProgramContext, make_harness, task_for_harness
+from evolver.judge import Judging
 from evolver.types import (ChoiceRequest, ChoiceResult, Episode, Evaluation, GenRequest, GenResult, Observation, Step, Task,
                            stable_hash)
 
@@ -85,7 +86,7 @@ def evaluate_many(jobs: list, benchmark, backend, *, seed: int = 0,
                   progress: Callable[[int, int], None] | None = None,
                   on_episode: Callable[[Episode], None] | None = None,
                   harness_factory: Callable[[ProgramContext], Any] | None = None,
-                  step_monitor=None) -> list[list[Episode]]:
+                  step_monitor=None, judging=None) -> list[list[Episode]]:
     """Play several programs' tasks at once, in one lockstep, so candidates share every batch.
 
     A job is a :class:`Job` or a ``(ctx, tasks)`` / ``(ctx, tasks, seed)`` tuple.
@@ -102,6 +103,12 @@ def evaluate_many(jobs: list, benchmark, backend, *, seed: int = 0,
 
     Returns one list of episodes per job, in task order. Cached episodes (same program content,
     task, model and seed) are returned from the store instead of being played again.
+
+    Judge-scored tasks (``Benchmark.rubric``): their episodes, cached ones included, are ranked together
+    per task once all have played, by the run's ``judge`` role, then stored and announced (``on_episode``,
+    ``on_episode_end``) with the judge's rewards as their scores (:mod:`evolver.judge`); without a run
+    the environment's score stands. ``judging`` (an :class:`evolver.judge.Judging`) is one shared by the
+    caller's calls, which finishes it: until then, these episodes keep their environment's scores.
     """
     sandboxed = harness_factory is None and _sandboxes(run)
     cluster = getattr(run, "cluster", None) if harness_factory is None else None  # workers sandbox their own
@@ -129,23 +136,44 @@ def evaluate_many(jobs: list, benchmark, backend, *, seed: int = 0,
     total = len(slots)
     if progress:
         progress(len(results), total)
-    for key, e in results.items():
-        _emit(run, e, on_episode)
+    owned = judging is None
+    judging = Judging.of(benchmark, [e.task for _, _, e in slots], run, store=store) if owned else judging
+
+    def release(episodes: list[Episode]) -> None:
+        if store is not None:
+            store.add_episodes([e for e in episodes if not e.cached])
+        for e in episodes:
+            _emit(run, e, on_episode)
+    release(judging.hold(list(results.values()), release) if judging else list(results.values()))
     pending = [(j, i, e) for j, i, e in slots if (j, i) not in results]
 
     def finished(done: list[_Live]) -> None:
-        if store is not None:
-            store.add_episodes([lv.episode for lv in done])
         for lv in done:
             results[lv.key] = lv.episode
-            _emit(run, lv.episode, on_episode)
+        episodes = [lv.episode for lv in done]
+        # Judge-scored episodes wait for the rest of their task's group.
+        release(judging.hold(episodes, release) if judging else episodes)
         if progress:
             progress(len(results), total)
     cluster = getattr(run, "cluster", None) if harness_factory is None else None
     replays = any(job.replay for job in jobs)
-    if pending and cluster is not None and not replays \
-            and _play_on(cluster, run, jobs, backends, pending, finished, max_live):
-        return [[results[(j, i)] for i in range(len(job.tasks))] for j, job in enumerate(jobs)]
+    try:
+        if not (pending and cluster is not None and not replays
+                and _play_on(cluster, run, jobs, backends, pending, finished, max_live)):
+            _play_here(jobs, backends, benchmark, pending, finished, max_live, sandboxed, harness_factory,
+                       step_monitor, run)
+    except BaseException:
+        if judging:  # stopped before their groups were complete: kept unjudged (a resume judges them again)
+            judging.abandon()
+        raise
+    if judging and owned:
+        judging.finish()
+    return [[results[(j, i)] for i in range(len(job.tasks))] for j, job in enumerate(jobs)]
+
+
+def _play_here(jobs: list[Job], backends: list, benchmark, pending: list, finished: Callable, max_live: int,
+               sandboxed: bool, harness_factory, step_monitor, run) -> None:
+    """Play ``pending`` in this process, each job's harness sandboxed when ``sandboxed``."""
     playing = {j for j, _, _ in pending}
     with contextlib.ExitStack() as stack:
         if sandboxed and playing:
@@ -156,7 +184,6 @@ def evaluate_many(jobs: list, benchmark, backend, *, seed: int = 0,
                  for j, i, e in pending)
         max_live = min(max_live, getattr(benchmark, "max_live", None) or max_live)
         _play(lives, benchmark, max_live, finished)
-    return [[results[(j, i)] for i in range(len(job.tasks))] for j, job in enumerate(jobs)]
 
 
 def _play_on(cluster, run, jobs: list[Job], backends: list, pending: list, finished: Callable,

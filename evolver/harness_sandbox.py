@@ -30,7 +30,8 @@ import traceback
 from typing import Any
 
 from evolver.errors import EvolverError
-from evolver.harness import Action, ProgramContext
+from evolver.harness import (HARNESS_INTERFACE, SEED_DIR, Action, ProgramContext, make_harness, program_context,
+                             task_for_harness)
 from evolver.types import (ChoiceRequest, ChoiceResult, GenRequest, GenResult, Message, Observation,
                            Program, Task)
 
@@ -268,3 +269,18 @@ def serve(program_json: str, context_window: int = 32768) -> None:
                 send({"error": f"unknown operation {op!r}"})
         except BaseException as exc:
             fail(exc)
+
+
+class Harnesses:
+    """Building a program's harness outside the evaluator (a namespace: ``Harnesses.make(ctx)``).
+
+    ``INTERFACE``: the harness contract as text (what a proposer that rewrites harnesses shows its model);
+    ``SEED_DIR``: the default harness, ``prompt.md`` and seed skills a new program starts from;
+    ``Sandboxed``: a candidate's harness in a sandboxed process of its own (:class:`SandboxedHarness`)."""
+
+    INTERFACE: str = HARNESS_INTERFACE
+    SEED_DIR = SEED_DIR
+    Sandboxed = SandboxedHarness
+    context = staticmethod(program_context)
+    make = staticmethod(make_harness)
+    task = staticmethod(task_for_harness)

@@ -83,7 +83,7 @@ def register_migrations(register):
 def register_clusters(register):
     """Register cluster engines for ``[cluster] engine = NAME`` (``evolver run --cluster NAME``).
 
-    Call ``register(name, factory, description)``; ``factory(config)`` (the run's :class:`evolver.Config`)
+    Call ``register(name, factory, description)``; ``factory(config)`` (the run's :class:`evolver.config.Config`)
     returns an :class:`evolver.Cluster`: it plays units (:class:`evolver.remote.Unit`) on its workers with
     :class:`evolver.remote.Worker` and yields each finished episode once; the driver stores them.
     """

@@ -32,6 +32,7 @@ from evolver.evaluate import Job, evaluate_many, run_episodes, sample_stratified
 from evolver.frontier import Frontier, Objective
 from evolver.gate import compare
 from evolver.harness import SEED_DIR
+from evolver.judge import Judging
 from evolver.proposers import Draft, ProposeContext
 from evolver.run import Run
 from evolver.types import Candidate, Program, Proposal
@@ -106,6 +107,8 @@ def play(run: Run, jobs: list, temperature: float | None = None, **kw) -> list[l
         groups.setdefault(run.checkpoint_of(job.ctx.program), []).append(j)
     out: list[list] = [[] for _ in jobs]
     progress, done = kw.pop("progress", None), 0
+    # One judging across the checkpoints' calls: a judge-scored task's episodes are ranked together.
+    judging = Judging.of(run.benchmark, [t for job in jobs for t in job.tasks], run, store=kw.get("store"))
     total = sum(len(job.tasks) for job in jobs)
     for members in groups.values():
         size = sum(len(jobs[j].tasks) for j in members)
@@ -117,10 +120,13 @@ def play(run: Run, jobs: list, temperature: float | None = None, **kw) -> list[l
                 if t not in made:
                     made[t] = executor(run, jobs[j].ctx.program, t)
                 jobs[j] = dataclasses.replace(jobs[j], backend=made[t])
-        lists = evaluate_many([jobs[j] for j in members], run.benchmark, None, run=run, progress=shown, **kw)
+        lists = evaluate_many([jobs[j] for j in members], run.benchmark, None, run=run, progress=shown,
+                              judging=judging, **kw)
         for j, eps in zip(members, lists):
             out[j] = eps
         done += size
+    if judging:
+        judging.finish()
     return out
 
 

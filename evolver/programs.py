@@ -56,6 +56,9 @@ class ProgramRepo:
     """The program repository (``<workspace>/programs``, git): one branch per candidate, tags for frontier
     members; ``checkout(ref)`` gives a :class:`evolver.Program`, ``manifest(ref)`` its program.toml."""
 
+    #: ``ProgramRepo.content_hash(folder)``: the hash of a program's files that keys the evaluation cache.
+    content_hash = staticmethod(content_hash)
+
     def __init__(self, root: Path):
         self.root = Path(root).resolve()
         self.path = self.root / "programs"

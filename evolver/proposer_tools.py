@@ -26,8 +26,46 @@ STORE_TABLES = ("episodes(episode_id, run_id, program_id, task_id, category, spl
 
 
 @dataclass
+class Conversation:
+    """What one agentic exchange produced: the final answer and the tool lines the model used."""
+
+    answer: str
+    tool_calls: list[str] = field(default_factory=list)
+
+
+def converse(backend, messages: list[Message], tools: Tools, turns: int, done: Callable[[str], bool],
+             max_tokens: int = 256, temperature: float = 0.0,
+             may_continue: Callable[[], bool] = lambda: True,
+             on_turn: Callable[[int, str], None] | None = None) -> Conversation:
+    """Let the model call tools for up to ``turns`` turns until ``done(reply)``; return its last reply.
+
+    A reply that is neither done nor a tool call ends the exchange (that reply is the answer), and so does
+    ``may_continue()`` turning False (e.g. the proposer token budget is spent).
+    """
+    messages = list(messages)
+    used: list[str] = []
+    text = ""
+    for turn in range(turns + 1):
+        text = backend.generate([GenRequest(messages=messages, max_tokens=max_tokens,
+                                            temperature=temperature)])[0].text
+        if done(text):
+            break
+        tool_line = next((ln.strip() for ln in text.splitlines() if TOOL_LINE.match(ln.strip())), "")
+        if not tool_line or turn == turns or not may_continue():
+            break
+        used.append(tool_line)
+        if on_turn:
+            on_turn(turn, tool_line)
+        messages += [Message("assistant", text), Message("user", "Result:\n" + tools.run(tool_line)[: tools.max_chars])]
+    return Conversation(text, used)
+
+
+@dataclass
 class Tools:
     """The read-only LIST / READ / GREP tools over ``root``, and SQL over ``store`` when given (module docstring)."""
+
+    #: ``Tools.converse(backend, messages, tools, turns, done)``: an agentic exchange with these tools.
+    converse = staticmethod(converse)
 
     root: Path
     store: Any = None  # evolver.store.Store; None: no SQL tool
@@ -94,38 +132,3 @@ class Tools:
                     if len(hits) >= 60:
                         return "\n".join(hits) + "\n(more matches not shown)"
         return "\n".join(hits) or "(no match)"
-
-
-@dataclass
-class Conversation:
-    """What one agentic exchange produced: the final answer and the tool lines the model used."""
-
-    answer: str
-    tool_calls: list[str] = field(default_factory=list)
-
-
-def converse(backend, messages: list[Message], tools: Tools, turns: int, done: Callable[[str], bool],
-             max_tokens: int = 256, temperature: float = 0.0,
-             may_continue: Callable[[], bool] = lambda: True,
-             on_turn: Callable[[int, str], None] | None = None) -> Conversation:
-    """Let the model call tools for up to ``turns`` turns until ``done(reply)``; return its last reply.
-
-    A reply that is neither done nor a tool call ends the exchange (that reply is the answer), and so does
-    ``may_continue()`` turning False (e.g. the proposer token budget is spent).
-    """
-    messages = list(messages)
-    used: list[str] = []
-    text = ""
-    for turn in range(turns + 1):
-        text = backend.generate([GenRequest(messages=messages, max_tokens=max_tokens,
-                                            temperature=temperature)])[0].text
-        if done(text):
-            break
-        tool_line = next((ln.strip() for ln in text.splitlines() if TOOL_LINE.match(ln.strip())), "")
-        if not tool_line or turn == turns or not may_continue():
-            break
-        used.append(tool_line)
-        if on_turn:
-            on_turn(turn, tool_line)
-        messages += [Message("assistant", text), Message("user", "Result:\n" + tools.run(tool_line)[: tools.max_chars])]
-    return Conversation(text, used)

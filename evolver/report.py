@@ -145,6 +145,7 @@ def render(run, summary: dict) -> str:
                       "not played."]
     lines += monitor_lines(run, rows)
     lines += cut_lines(run)
+    lines += judge_lines(run)
     lines += ["", "## Tokens", ""] + [f"- {role}: {n}" for role, n in sorted(summary["tokens"].items())]
     for r in rows:
         if r["status"] == "admitted":
@@ -223,6 +224,23 @@ def monitor_lines(run, proposals: list[dict]) -> list[str]:
         lines += ["", "| program | flagged | confirmed | blocked |", "|---|---|---|---|"]
         lines += [f"| {pid} | {c['flagged']} | {c['confirmed']} | {c['blocked']} |" for pid, c in counts.items()]
     return lines
+
+
+def judge_lines(run) -> list[str]:
+    """What the judge of judge-scored tasks (``evolver.judge``) did, when the run had such tasks: its
+    groups and requests, its position bias (the passes' disagreement) and the groups it gave no signal."""
+    rows = run.store.judgements(run.id)
+    if not rows:
+        return []
+    spread = [r["disagreement"] for r in rows if r["disagreement"] is not None]
+    bias = (f"; the two orders disagreed by {sum(spread) / len(spread):.2f} on average (normalised Kendall "
+            "distance: 0 the same ranking both ways, 1 reversed)") if spread else ""
+    unread = sum(1 for r in rows if r["error"])
+    tokens = sum(r["prompt_tokens"] + r["completion_tokens"] for r in rows)
+    return ["", "## Judge-scored tasks", "",
+            f"{len(rows)} groups ranked by {', '.join(sorted({r['judge_model'] for r in rows}))} in "
+            f"{sum(r['calls'] for r in rows)} requests ({tokens} tokens){bias}. Groups with a reply it could not "
+            f"read: {unread} (`evolver traces \"SELECT task_id, error FROM judgements WHERE error IS NOT NULL\"`)."]
 
 
 def write_report(run, summary: dict) -> Path:

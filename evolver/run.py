@@ -31,11 +31,11 @@ class Run:
     Attributes:
         id: the run's id (``evolver run``'s look like ``20250101-120000-abcd``; trainers and plugins
             name theirs ``train-...``, ``<run>-grpo-it3``, ...).
-        config: the validated :class:`evolver.Config`; a plugin's options are ``config.plugins[NAME]``.
+        config: the validated :class:`evolver.config.Config`; a plugin's options are ``config.plugins[NAME]``.
         store: the trace store (:class:`evolver.Store`): episodes, programs, proposals, train steps.
         repo: the program repository (:class:`evolver.ProgramRepo`): ``checkout(ref)``, manifests, tags.
         workspace: the workspace folder (``config.store``) that holds both, checkpoints and reports.
-        frontier: the :class:`evolver.Frontier` of non-dominated programs.
+        frontier: the :class:`evolver.frontier.Frontier` of non-dominated programs.
         benchmark: the configured :class:`evolver.Benchmark`, made on first use.
         iteration: the loop's current iteration (-1 before the first).
         resumed: True when this run continues a stopped one.

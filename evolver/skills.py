@@ -413,3 +413,16 @@ def skill_meta(skill_text: str | None) -> dict:
     """The ``metadata`` table of a SKILL.md's front matter; {} when there is none or it does not parse."""
     meta = front_matter(skill_text).get("metadata")
     return meta if isinstance(meta, dict) else {}
+
+
+class Skills:
+    """Reading, checking and writing skill folders (a namespace: ``Skills.parse(folder)``, never an instance).
+    The checks a candidate's skills must pass before evaluation are :class:`evolver.checks.SkillChecks`."""
+
+    parse = staticmethod(parse_skill)
+    validate = staticmethod(validate_skill)
+    load = staticmethod(load_skills)
+    write = staticmethod(write_skill)
+    check_name = staticmethod(check_name)
+    tokens = staticmethod(tokens)
+    shipped_dir = staticmethod(shipped_skills_dir)

@@ -1,5 +1,5 @@
 """The one DuckDB file that records everything: runs, programs, episodes and their steps,
-proposals, evaluations, frontier events, iterations and trainer steps.
+proposals, evaluations, frontier events, iterations, trainer steps and judgements (judge-scored tasks).
 
 DuckDB admits one process per file (a writer locks out even readers), so a run's orchestrator is
 the only writer and workers hand it their episodes. Every ``add_*``/``update_*`` commits before it
@@ -26,7 +26,8 @@ from evolver.store_schema import dumps
 from evolver.types import Episode, Evaluation, Step, Task
 
 JSON_COLUMNS = {"config", "summary", "manifest", "detail", "scores", "metrics", "frontier",
-                "per_category", "rewards", "gold", "task", "tool_calls"}
+                "per_category", "rewards", "gold", "task", "tool_calls", "episode_ids", "env_scores", "passes",
+                "replies"}
 FRONTIER_EVENTS = ("admit", "evict", "reject", "seed")
 _EP_SELECT = ("episode_id, run_id, program_id, program_hash, model, seed, purpose, score, won, rewards, "
               "prediction, error, wall_s, model_s, task, prompt_tokens, completion_tokens")
@@ -449,6 +450,26 @@ class Store:
             "WHERE e.run_id = ? AND s.monitor IS NOT NULL AND s.monitor::VARCHAR <> 'null' "
             "GROUP BY e.program_id ORDER BY e.program_id", [run_id]).fetchall()
         return {pid: {"flagged": f, "confirmed": c, "blocked": b} for pid, f, c, b in rows}
+
+    @_locked
+    def add_judgements(self, run_id: str, rows: list[dict]) -> None:
+        """Record groups a judge ranked (``evolver.judge.Judgement.row``), one transaction."""
+        cols = ("benchmark", "task_id", "split", "purpose", "judge_model", "episode_ids", "env_scores", "rewards",
+                "passes", "disagreement", "error", "calls", "prompt_tokens", "completion_tokens", "prompt_chars",
+                "replies")
+        if not rows:
+            return
+        now = _now()
+        with self._tx():
+            self._con.executemany(f"INSERT INTO judgements VALUES (?, ?, {', '.join('?' * len(cols))}, ?)",
+                                  [[uuid.uuid4().hex, run_id,
+                                    *(dumps(r[c]) if c in JSON_COLUMNS else r[c] for c in cols), now] for r in rows])
+
+    @_locked
+    def judgements(self, run_id: str | None = None) -> list[dict]:
+        """The judge's verdicts (a run's, or all), oldest first."""
+        return self._dicts("SELECT * FROM judgements WHERE (? IS NULL OR run_id = ?) ORDER BY created_at, rowid",
+                           [run_id, run_id])
 
     # -- evaluations, frontier, iterations, training -------------------------------------------
 

@@ -193,7 +193,35 @@ def m003_step_monitor(con) -> None:
     con.execute("ALTER TABLE steps ADD COLUMN monitor JSON")
 
 
-MIGRATIONS: list[Callable] = [m001_initial, m002_autoskill, m003_step_monitor]
+def m004_judgements(con) -> None:
+    """One row per group of episodes a judge ranked (``evolver.judge``): the episodes in the order of
+    ``env_scores``, ``rewards`` and each pass's ``passes`` (scores 0..10 by episode; null: the reply could
+    not be read), the passes' ``disagreement`` (Kendall distance), the error, and what the judge cost."""
+    con.execute("""
+    CREATE TABLE judgements (
+        judgement_id VARCHAR PRIMARY KEY,
+        run_id VARCHAR,
+        benchmark VARCHAR,
+        task_id VARCHAR,
+        split VARCHAR,
+        purpose VARCHAR,
+        judge_model VARCHAR,
+        episode_ids JSON,
+        env_scores JSON,
+        rewards JSON,
+        passes JSON,
+        disagreement DOUBLE,
+        error VARCHAR,
+        calls INTEGER,
+        prompt_tokens BIGINT,
+        completion_tokens BIGINT,
+        prompt_chars BIGINT,
+        replies JSON,
+        created_at TIMESTAMP NOT NULL
+    )""")
+
+
+MIGRATIONS: list[Callable] = [m001_initial, m002_autoskill, m003_step_monitor, m004_judgements]
 
 # How an Episode and its Steps become rows: (column, DuckDB type, staging kind, getter), in table
 # order. Kinds: "s" text, "j" JSON text, "i" int64, "f" float64, "b" bool; a getter of None marks a

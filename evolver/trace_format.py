@@ -77,3 +77,12 @@ def brief_step(step, obs_chars: int = 160) -> str:
 def gold_text(gold) -> str:
     """A gold answer as one line (action sequences joined with ' | ')."""
     return " | ".join(map(str, gold)) if isinstance(gold, (list, tuple)) else str(gold)
+
+
+class Traces:
+    """What proposers show a model of the store's episodes (a namespace: use ``Traces.episode(ep)``, never
+    an instance)."""
+
+    episode = staticmethod(format_episode)
+    step = staticmethod(brief_step)
+    gold = staticmethod(gold_text)

@@ -21,7 +21,7 @@ DB_FILE = "evolver.duckdb"
 
 
 def open_workspace(where: Config | str | Path, read_only: bool = False) -> tuple[Store, ProgramRepo]:
-    """The workspace ``where`` names (a :class:`evolver.Config`, whose ``store`` it is, or a folder) as
+    """The workspace ``where`` names (a :class:`evolver.config.Config`, whose ``store`` it is, or a folder) as
     ``(Store, ProgramRepo)``. The folder is created when missing, unless ``read_only``; the caller closes
     the store (``with store:``)."""
     from evolver.programs import ProgramRepo

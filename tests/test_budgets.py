@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from evolver import Benchmark, Env, Observation, Task, program_context, run_episodes
+from evolver import Benchmark, Env, Observation, Task, run_episodes
+from evolver.harness import make_harness, program_context
 from evolver.backends.scripted import ScriptedBackend
 from evolver.config import Config, RoleConfig
 from evolver.loop import seed_files
@@ -87,7 +88,7 @@ def test_the_context_window_comes_from_the_executor_and_a_cut_task_is_named_in_t
         small = run.models.backend("executor")
         assert ctx.context_window == 8192
         eps = run_episodes(ctx, LongDocs(), small, LongDocs().tasks("test"), store=store, run=run,
-                           harness_factory=lambda c: __import__("evolver").make_harness(c))
+                           harness_factory=make_harness)
         assert all(e.score == 0.0 for e in eps)
         lines = "\n".join(cut_lines(run))
         assert "## Cut to fit the context" in lines

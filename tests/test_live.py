@@ -4,7 +4,8 @@ import json
 import time
 from types import SimpleNamespace
 
-from evolver import Config, ProgramRepo, Run, Store
+from evolver import ProgramRepo, Run, Store
+from evolver.config import Config
 from evolver import live
 
 

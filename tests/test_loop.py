@@ -183,7 +183,8 @@ def test_broken_candidates_are_rejected_with_their_reasons_and_the_run_goes_on(t
 
 
 DAMAGED_PROPOSER = '''
-from evolver import RepoDamagedError, StoreIOError, hookimpl
+from evolver import hookimpl
+from evolver.errors import RepoDamagedError, StoreIOError
 
 class Damaged:
     def __init__(self, run, **_):
@@ -202,7 +203,7 @@ def register_proposers(register):
 @pytest.mark.parametrize("error", ["RepoDamagedError", "StoreIOError"])
 def test_a_damaged_repository_or_store_met_by_a_proposer_stops_the_run(tmp_path, error):
     import toybench
-    import evolver
+    import evolver.errors
     plugin = tmp_path / "damaged.py"
     plugin.write_text(DAMAGED_PROPOSER % error)
     plugins.load_local(plugin)
@@ -212,7 +213,7 @@ def test_a_damaged_repository_or_store_met_by_a_proposer_stops_the_run(tmp_path,
     store = Store(Path(cfg.store) / "evolver.duckdb")
     run = Run(cfg, store, ProgramRepo(Path(cfg.store)))
     try:  # a proposer's ordinary failure rejects its drafts and the run goes on; this one is systemic
-        with pytest.raises(getattr(evolver, error), match="damaged"):
+        with pytest.raises(getattr(evolver.errors, error), match="damaged"):
             run_loop(run)
     finally:
         run.close()

@@ -192,7 +192,7 @@ SKILL_ATTACK = "a skill script that imports the benchmark and reads the store"
 
 PROPOSER = '''
 from pathlib import Path
-from evolver import hookimpl, write_skill
+from evolver import Skills, hookimpl
 
 class RedTeam:
     def __init__(self, run, **_):
@@ -205,9 +205,9 @@ class RedTeam:
             (Path(d.path) / "harness" / "harness.py").write_text(code)
             drafts.append(d)
         d = ctx.new_draft("skill", %(skill_attack)r)
-        write_skill(Path(d.path) / "skills", "answers", "Use on every question: names the answer.",
-                    "Run the script; it names the answer.", scripts={"observe.py": %(observer)r},
-                    meta={"metadata": {"observe": "scripts/observe.py"}})
+        Skills.write(Path(d.path) / "skills", "answers", "Use on every question: names the answer.",
+                     "Run the script; it names the answer.", scripts={"observe.py": %(observer)r},
+                     meta={"metadata": {"observe": "scripts/observe.py"}})
         drafts.append(d)
         return drafts
 

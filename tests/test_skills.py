@@ -243,7 +243,9 @@ def test_seed_skills_as_a_plain_string_is_a_comma_separated_list():
 def test_the_pack_condition_plays_a_program_with_the_benchmarks_hand_written_skills_instead_of_its_own(tmp_path):
     import shutil as _shutil
 
-    from evolver import Program, SEED_DIR, variant, write_skill
+    from evolver import Program, variant
+    from evolver.harness import SEED_DIR
+    from evolver.skills import write_skill
 
     root = tmp_path / "prog"
     _shutil.copytree(SEED_DIR, root)

@@ -33,6 +33,11 @@ def _same(results: list) -> list:
     return results
 
 
+def render_plain(messages: list[Message]) -> str:
+    """A readable transcript for backends without a chat template (and for traces)."""
+    return "\n\n".join(f"[{m.role}]\n{m.content}" for m in messages)
+
+
 class Backend(abc.ABC):
     """A model that answers batches of generations and choices (see the module docstring for the contract).
 
@@ -48,6 +53,8 @@ class Backend(abc.ABC):
     #: Where a written choice ends (the default ``choose`` writes, then matches an option): options
     #: are one line (actions, answers).
     choice_stop: list[str] | None = ["\n"]
+    #: ``Backend.render_plain(messages)``: a readable transcript for a model without a chat template.
+    render_plain = staticmethod(render_plain)
 
     @property
     def base_model(self) -> str:
@@ -133,7 +140,3 @@ class Backend(abc.ABC):
     def close(self) -> None:
         pass
 
-
-def render_plain(messages: list[Message]) -> str:
-    """A readable transcript for backends without a chat template (and for traces)."""
-    return "\n\n".join(f"[{m.role}]\n{m.content}" for m in messages)

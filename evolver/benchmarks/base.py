@@ -50,6 +50,14 @@ What the harness shows (the seed harness; an evolved one may differ)
   ``reply_tokens``, ``actions_tokens``); ``Task.hints`` overrides them per task. A ``system_prompt`` replaces the seed
   program's generic prompt.md when the seed is created, so evolution can edit it from there.
 
+Judge-scored tasks
+- A task with no verifier is scored by a judge model: ``Benchmark.rubric(task)`` returns what the judge
+  scores against (default: ``task.meta["rubric"]``; None: the environment scores the task). The evaluator
+  holds such a task's episodes until all of it in one evaluation have played (every program and seed of
+  the lockstep; a GRPO group), the judge ranks them together (``evolver.judge``), and the rewards, in
+  0..1 (best 1, worst 0), replace their scores; the environment's own score stays as the last step's
+  ``reward``. The environment still plays the episode and may score 0 throughout.
+
 Concurrency
 - The evaluator keeps up to ``max_live`` Envs open at once (``--max-live``, default 32; a benchmark
   caps it with ``Benchmark.max_live``) and steps them interleaved, one batched model call per round:
@@ -135,6 +143,12 @@ class Benchmark(abc.ABC):
         if task.split == "train" and isinstance(gold, list) and gold and all(isinstance(a, str) for a in gold):
             return list(gold)
         return None
+
+    def rubric(self, task: Task) -> str | None:
+        """What a judge scores ``task``'s episodes against, or None when its environment scores it. A task
+        with a rubric is judge-scored (see the module docstring). Default: ``task.meta["rubric"]``."""
+        rubric = task.meta.get("rubric") if isinstance(task.meta, dict) else None
+        return str(rubric) if rubric else None
 
     def close(self) -> None:
         pass

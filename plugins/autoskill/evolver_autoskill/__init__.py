@@ -9,6 +9,9 @@ import threading
 
 from evolver import hookimpl
 
+#: The names other plugins may use: none (this plugin offers its hooks, not a library).
+__all__: list[str] = []
+
 _RUN_RETRIEVERS: dict[tuple, object] = {}
 _RUN_LOCK = threading.Lock()
 

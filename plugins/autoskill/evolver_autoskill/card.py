@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from evolver import EvolverError, Skill, check_name, parse_skill, write_skill
+from evolver import EvolverError, Skill, Skills
 
 
 class SkillCapError(EvolverError):
@@ -72,7 +72,7 @@ class SkillCard:
         return out
 
     def check(self, caps: CardCaps = CAPS) -> "SkillCard":
-        check_name(self.name, self.name)
+        Skills.check_name(self.name, self.name)
         if not self.description.strip():
             raise SkillCapError(f"skill {self.name!r}: empty description; say when to use the skill")
         if not self.instructions.strip():
@@ -173,7 +173,7 @@ def card_from_skill(skill: Skill) -> SkillCard:
 
 
 def read_card(folder: Path) -> SkillCard:
-    return card_from_skill(parse_skill(Path(folder)))
+    return card_from_skill(Skills.parse(Path(folder)))
 
 
 def write_card(skills_dir: Path, card: SkillCard, caps: CardCaps = CAPS) -> Path:
@@ -182,4 +182,4 @@ def write_card(skills_dir: Path, card: SkillCard, caps: CardCaps = CAPS) -> Path
     meta = {"version": card.version, "triggers": card.triggers, "tags": card.tags, "examples": card.examples}
     if card.always_on:
         meta["always_on"] = True
-    return write_skill(Path(skills_dir), card.name, card.description, card.instructions, meta=meta)
+    return Skills.write(Path(skills_dir), card.name, card.description, card.instructions, meta=meta)

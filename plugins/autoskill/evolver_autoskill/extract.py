@@ -17,7 +17,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
-from evolver import Episode, GenRequest, Message, tokens
+from evolver import Episode, GenRequest, Message, Skills
 from evolver_autoskill.card import SkillCard, slug
 
 DURABLE = re.compile(
@@ -49,7 +49,7 @@ def sentences(text: str) -> list[str]:
 
 
 def _overlap(a: str, b: str) -> float:
-    ta, tb = set(tokens(a)), set(tokens(b))
+    ta, tb = set(Skills.tokens(a)), set(Skills.tokens(b))
     return len(ta & tb) / max(1, min(len(ta), len(tb))) if ta and tb else 0.0
 
 
@@ -68,7 +68,7 @@ class RuleExtractor:
         for i in range(len(per_turn)):
             for j in range(i + 1, len(per_turn)):
                 repeated += [s for s in per_turn[j] for r in per_turn[i]
-                             if len(tokens(s)) >= 2 and CONSTRAINT.search(s) and _overlap(s, r) >= 0.6]
+                             if len(Skills.tokens(s)) >= 2 and CONSTRAINT.search(s) and _overlap(s, r) >= 0.6]
         rules = _dedupe(durable + repeated)
         if not rules:
             return None  # a one-off request: nothing says the user wants this again
@@ -80,10 +80,10 @@ class RuleExtractor:
                          f"{len(durable)} durable constraint(s), {len(repeated)} repeated correction(s)")
 
     def _card(self, anchor: str, rules: list[str], turns: list[str]) -> SkillCard:
-        words = [w for w in tokens(anchor) if w not in _GENERIC and not w.isdigit()]
-        topic = [w for w, _ in Counter(words).most_common()][:3] or [w for w in tokens(" ".join(rules))][:3]
+        words = [w for w in Skills.tokens(anchor) if w not in _GENERIC and not w.isdigit()]
+        topic = [w for w, _ in Counter(words).most_common()][:3] or [w for w in Skills.tokens(" ".join(rules))][:3]
         gist = " ".join(anchor.split())[:150]
-        rule_words = Counter(w for r in rules for w in tokens(r) if w not in _GENERIC)
+        rule_words = Counter(w for r in rules for w in Skills.tokens(r) if w not in _GENERIC)
         return SkillCard(name=slug("-".join(topic) or "user-preference"),
                          description=f"Use when the user asks for: {gist}",
                          instructions="\n".join(f"- {r.rstrip('.')}." for r in rules),

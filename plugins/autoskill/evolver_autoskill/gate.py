@@ -95,17 +95,18 @@ class BenchmarkValidator:
         self.benchmark, self.backend, self.tasks, self.prompt = benchmark, backend, tasks, prompt
 
     def __call__(self, skills_dir: Path) -> float:
-        from evolver import SEED_DIR, Program, content_hash, program_context, run_episodes
+        from evolver import Harnesses, Program, ProgramRepo, run_episodes
 
         root = Path(tempfile.mkdtemp(prefix="autoskill-val-"))
         try:
             (root / "harness").mkdir()
-            shutil.copy(SEED_DIR / "harness" / "harness.py", root / "harness" / "harness.py")
+            shutil.copy(Harnesses.SEED_DIR / "harness" / "harness.py", root / "harness" / "harness.py")
             (root / "prompt.md").write_text(self.prompt if self.prompt is not None
-                                            else (SEED_DIR / "prompt.md").read_text())
+                                            else (Harnesses.SEED_DIR / "prompt.md").read_text())
             shutil.copytree(skills_dir, root / "skills")
-            program = Program(id="autoskill-validation", commit="", root=str(root), hash=content_hash(root))
-            episodes = run_episodes(program_context(program), self.benchmark, self.backend, self.tasks, use_cache=False)
+            program = Program(id="autoskill-validation", commit="", root=str(root), hash=ProgramRepo.content_hash(root))
+            episodes = run_episodes(Harnesses.context(program), self.benchmark, self.backend, self.tasks,
+                                    use_cache=False)
             return sum(e.score for e in episodes) / max(1, len(episodes))
         finally:
             shutil.rmtree(root, ignore_errors=True)

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 import bm25s
 import numpy as np
 
-from evolver import tokens
+from evolver import Skills
 from evolver_autoskill.card import SkillCard
 
 
@@ -97,7 +97,7 @@ class HybridRetriever:
 
     def index(self, cards: list[SkillCard]) -> "HybridRetriever":
         self.cards = list(cards)
-        corpus = [tokens(c.search_text()) for c in self.cards]
+        corpus = [Skills.tokens(c.search_text()) for c in self.cards]
         texts = [c.embed_text() for c in self.cards]
         self._bm25 = None
         if any(corpus):
@@ -119,7 +119,7 @@ class HybridRetriever:
         n = len(self.cards)
         if n == 0:
             return np.zeros(0), np.zeros(0), np.zeros(0)
-        q_tokens = tokens(query)
+        q_tokens = Skills.tokens(query)
         bm = (np.asarray(self._bm25.get_scores(q_tokens), dtype=np.float64)
               if self._bm25 is not None and q_tokens else np.zeros(n))
         qv = self.embedder.encode([query])[0]

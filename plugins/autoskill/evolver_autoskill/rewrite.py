@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from evolver import GenRequest, Message, tokens
+from evolver import GenRequest, Message, Skills
 from evolver_autoskill.extract import DURABLE
 
 
@@ -55,7 +55,7 @@ class RuleRewriter:
         for t in range(1, len(turns)):
             # A constraint ("never use exclamation marks", "always sign with ...") applies to the task
             # at hand, however far its words are from it.
-            standalone = len(tokens(turns[t])) >= self.standalone_words and not DURABLE.search(turns[t])
+            standalone = len(Skills.tokens(turns[t])) >= self.standalone_words and not DURABLE.search(turns[t])
             anchor = vecs[start:t].mean(axis=0)
             norm = float(np.linalg.norm(anchor)) or 1.0
             if standalone and float(vecs[t] @ anchor) / norm < self.topic_sim:

@@ -9,7 +9,7 @@ from evolver.backends.scripted import ScriptedBackend
 from evolver.store import Store
 from evolver_autoskill import records
 from evolver_autoskill.bank import SkillBank
-from evolver import HashingEmbedder
+from evolver.embeddings import HashingEmbedder
 from evolver_autoskill.extract import Candidate
 from evolver_autoskill.gate import BenchmarkValidator, OutcomeGate, retire_useless
 from evolver_autoskill.manage import Manager

@@ -5,7 +5,7 @@ from autoskill_helpers import card
 from evolver.backends.scripted import ScriptedBackend
 from evolver.types import Episode, Step, Task
 from evolver_autoskill.bank import SkillBank, scope_folder
-from evolver import HashingEmbedder
+from evolver.embeddings import HashingEmbedder
 from evolver_autoskill.extract import Candidate, LLMExtractor, RuleExtractor
 from evolver_autoskill.manage import Manager
 

@@ -127,7 +127,8 @@ def test_select_skills_hook_lets_a_run_use_the_retriever_and_logs_its_decisions(
 
 def test_an_unavailable_dense_model_falls_back_clearly(tmp_path, capsys, monkeypatch):
     import evolver.embeddings as embeddings
-    from evolver import HashingEmbedder, load_embedder
+    from evolver import load_embedder
+    from evolver.embeddings import HashingEmbedder
 
     def missing(model):  # what sentence-transformers raises for a folder that is not there (import skipped)
         raise OSError(f"{model} is not a local folder and the hub is offline")

@@ -13,7 +13,8 @@ BANK = [card("formal-email", "Use when writing an email to a landlord or an offi
 
 
 def test_minilm_retrieves_by_meaning_where_words_do_not_overlap():
-    from evolver import SentenceEmbedder, load_embedder
+    from evolver import load_embedder
+    from evolver.embeddings import SentenceEmbedder
     from evolver_autoskill.retrieval import HybridRetriever
 
     emb = load_embedder()
@@ -54,7 +55,8 @@ def test_serve_in_front_of_the_embedded_model(tmp_path):
 
 
 def test_a_missing_sentence_transformers_folder_falls_back_to_hashing(tmp_path, capsys):
-    from evolver import HashingEmbedder, load_embedder
+    from evolver import load_embedder
+    from evolver.embeddings import HashingEmbedder
 
     assert isinstance(load_embedder(str(tmp_path / "nothing-here")), HashingEmbedder)
     assert "falling back to the hashing embedder" in capsys.readouterr().err

@@ -1,6 +1,9 @@
 """EvoSkill for evolver: failure-driven skill discovery (``evolver run --proposer evoskill``)."""
 from evolver import hookimpl
 
+#: The names other plugins may use: none (this plugin offers its hooks, not a library).
+__all__: list[str] = []
+
 
 @hookimpl
 def register_proposers(register):

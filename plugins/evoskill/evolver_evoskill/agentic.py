@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from evolver import Message, Tools, converse
+from evolver import Message, Tools
 
 SYSTEM = ("You improve an AI agent by giving it skills. Investigate its failures with the tools, then "
           "propose ONE skill to create or edit. Tools, one per message, on a line of its own "
@@ -26,5 +26,5 @@ def ask(proposer, ctx, failures, skills) -> str:
                                 f"{', '.join(s.name for s in skills) or '(none)'}")]
     rc = proposer.run.config.role("proposer")
     done = lambda text: bool(re.search(r"^\W*ACTION\W*:", text, flags=re.IGNORECASE | re.MULTILINE))  # noqa: E731
-    return converse(proposer.run.backend("proposer"), messages, tools, proposer.options.agent_turns, done,
-                    max_tokens=rc.max_tokens, temperature=rc.temperature).answer
+    return Tools.converse(proposer.run.backend("proposer"), messages, tools, proposer.options.agent_turns, done,
+                          max_tokens=rc.max_tokens, temperature=rc.temperature).answer

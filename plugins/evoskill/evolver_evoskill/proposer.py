@@ -24,15 +24,14 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from evolver import (GenRequest, Message, Proposer, SkillCaps, content_problems, load_skills, parse_skill,
-                     shipped_skills_dir, write_skill)
+from evolver import GenRequest, Message, Proposer, SkillCaps, SkillChecks, Skills
 
 from evolver_evoskill import agentic
 from evolver_evoskill.render import fit, render_history, render_skills, render_trace, with_cuts
 from evolver_evoskill.verifier import SurrogateVerifier, surrogate_missed
 
 #: The meta-skill that guides the builder; it ships with evolver (found in a checkout and in a wheel).
-META_SKILL = shipped_skills_dir() / "writing-skills" / "SKILL.md"
+META_SKILL = Skills.shipped_dir() / "writing-skills" / "SKILL.md"
 
 #: A reply that writes one line this many times is looping (stopped there; the checks reject it).
 LOOPING_LINE = 3
@@ -195,8 +194,8 @@ class EvoSkillProposer(Proposer):
         else:
             meta = {"version": "0.1.0"}
         meta["origin"] = f"evoskill {draft.candidate_id}"
-        folder = write_skill(skills_dir, spec["name"], spec["description"], spec["body"], meta=meta,
-                             scripts=spec.get("scripts") or None)
+        folder = Skills.write(skills_dir, spec["name"], spec["description"], spec["body"], meta=meta,
+                              scripts=spec.get("scripts") or None)
         problems = _validate(folder)
         if problems:
             raise BuildError("; ".join(problems))
@@ -333,7 +332,7 @@ def _field_problem(description: str, body: str, max_chars: int, name: str = "ski
         return "the body repeats the same lines (degenerate output)"
     if "3 to 8 short numbered steps" in body or "The proposal:" in body:
         return "the body echoes the instructions instead of giving steps"
-    degenerate = content_problems(name, description, body[:max_chars], task_texts)  # the core's rules
+    degenerate = SkillChecks.content_problems(name, description, body[:max_chars], task_texts)  # the core's rules
     return degenerate[0] if degenerate else ""
 
 
@@ -354,19 +353,20 @@ def _parse_json_spec(text: str, task_texts=()) -> tuple[dict, str]:
     if not isinstance(scripts, dict) or not all(isinstance(v, str) for v in scripts.values()):
         return {}, "scripts must map file names to source text"
     spec["scripts"] = {Path(k).name: v for k, v in scripts.items()}
-    degenerate = content_problems(slug(str(spec["name"])), str(spec["description"]), str(spec["body"]), task_texts)
+    degenerate = SkillChecks.content_problems(slug(str(spec["name"])), str(spec["description"]), str(spec["body"]),
+                                              task_texts)
     return spec, degenerate[0] if degenerate else ""
 
 
 def _load(root: Path):
     skills_dir = root / "skills"
-    return load_skills(skills_dir, strict=False) if skills_dir.exists() else []
+    return Skills.load(skills_dir, strict=False) if skills_dir.exists() else []
 
 
 def _validate(folder: Path) -> list[str]:
-    from evolver import SkillError, validate_skill
+    from evolver import SkillError, Skills
 
     try:
-        return validate_skill(parse_skill(folder), SkillCaps())
+        return Skills.validate(Skills.parse(folder), SkillCaps())
     except SkillError as exc:
         return [str(exc)]

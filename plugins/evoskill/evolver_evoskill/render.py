@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from evolver import Episode, brief_step, gold_text
+from evolver import Episode, Traces
 
 
 @dataclass(frozen=True)
@@ -51,12 +51,13 @@ def render_trace(ep: Episode, rung: Rung, show_gold: bool = True) -> str:
              f"Task: {ep.task.prompt.strip()[:rung.obs_chars * 2]}"]
     if hidden:
         lines.append(f"({hidden} earlier steps not shown)")
-    lines += [brief_step(s, rung.obs_chars) for s in steps]
+    lines += [Traces.step(s, rung.obs_chars) for s in steps]
     if ep.error:
         lines.append(f"Error: {ep.error.splitlines()[0][:200]}")
     lines.append(f"Predicted (last action): {ep.prediction or '(none)'}")
     if show_gold and ep.task.gold is not None:
-        lines.append(f"Gold (for diagnosis only, never copy it into a skill): {gold_text(ep.task.gold)[:rung.obs_chars]}")
+        gold = Traces.gold(ep.task.gold)[:rung.obs_chars]
+        lines.append(f"Gold (for diagnosis only, never copy it into a skill): {gold}")
     return "\n".join(lines)
 
 

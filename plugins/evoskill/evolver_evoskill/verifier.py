@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from evolver import Episode, GenRequest, Message, Program, content_hash, run_episodes
+from evolver import Episode, GenRequest, Message, Program, ProgramRepo, run_episodes
 
 PROMPT = ("You check an AI agent's work. Below is a task and what the agent did. Write 1 to 4 assertions a "
           "correct solution must satisfy, one per line, as\nASSERT: <text the transcript must contain>\n"
@@ -64,7 +64,7 @@ class SurrogateVerifier:
     def replay(self, draft, failures: list[Episode]) -> list[Episode]:
         """Play the candidate (still a draft: files in its worktree) on the failures it was built from."""
         root = Path(draft.path)
-        program = Program(f"{draft.candidate_id}~verify", "", str(root), content_hash(root), {})
+        program = Program(f"{draft.candidate_id}~verify", "", str(root), ProgramRepo.content_hash(root), {})
         tasks = [e.task for e in failures[: self.max_tasks]]
         return run_episodes(self.run.context(program), self.run.benchmark, self.run.backend("executor"), tasks,
                             seed=self.run.config.loop.episode_seed, purpose="verify", store=self.run.store,

@@ -14,6 +14,9 @@ on dev with its own weights and lets the frontier decide, exactly as for a skill
 """
 from evolver import hookimpl
 
+#: The names other plugins may use: none (this plugin offers its hooks, not a library).
+__all__: list[str] = []
+
 
 @hookimpl
 def register_proposers(register):

@@ -89,12 +89,12 @@ class ImitationProposer:
         if rounds >= self.cfg.max_rounds:
             run.log(f"imitation: {parent.id} has had {rounds} rounds (max_rounds {self.cfg.max_rounds})")
             return []
-        from evolver import replay_gold
+        from evolver import Demos
 
         plan = self.plan(parent, ancestors)
         tasks = planned_tasks(run, plan)
         run.status = f"iteration {ctx.iteration}: imitation replays {len(tasks)} demonstrations"
-        episodes = [e for e in replay_gold(run, parent, tasks) if e.won and not e.error]
+        episodes = [e for e in Demos.replay_gold(run, parent, tasks) if e.won and not e.error]
         if not episodes:
             run.log(f"imitation: benchmark {run.config.benchmark!r} offers no demonstrations of these training tasks")
             return []

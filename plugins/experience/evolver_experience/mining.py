@@ -22,7 +22,7 @@ from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
-from evolver import Episode, SkillCaps, Task, write_skill
+from evolver import Episode, SkillCaps, Skills, Task
 from evolver_experience.notes.observe import TEXT_CHARS, codes, task_text
 
 OBSERVE = Path(__file__).with_name("notes") / "observe.py"
@@ -165,11 +165,11 @@ def write_mined_skill(root: Path, name: str, cases: list[Case], episodes: int, w
         shutil.rmtree(folder)
     meta = {"metadata": {"observe": "scripts/observe.py", "observe_actions": True,
                          "mined": {"cases": len(kept), "episodes": episodes, "won": won}}}
-    write_skill(Path(root), name,
-                "Moves mined from earlier episodes' rewards: says which valid action was rewarded in the "
-                "most similar earlier states, and which lowered the score.",
-                BODY.format(cases=len(kept), episodes=episodes, won=won), meta=meta,
-                scripts={"observe.py": OBSERVE.read_text()})
+    Skills.write(Path(root), name,
+                 "Moves mined from earlier episodes' rewards: says which valid action was rewarded in the "
+                 "most similar earlier states, and which lowered the score.",
+                 BODY.format(cases=len(kept), episodes=episodes, won=won), meta=meta,
+                 scripts={"observe.py": OBSERVE.read_text()})
     (folder / DATA_FILE).write_bytes(blob)
     return {"cases": len(kept), "dropped": len(cases) - len(kept), "bytes": len(blob)}
 
@@ -177,12 +177,12 @@ def write_mined_skill(root: Path, name: str, cases: list[Case], episodes: int, w
 def demonstrated(benchmark, tasks: list[Task]) -> list[Episode]:
     """The benchmark's demonstrations of training ``tasks`` played in their environments (no harness,
     no model: only what the environment says and scores), as episodes of model ``gold``."""
-    from evolver import has_gold
+    from evolver import Demos
 
     offer = getattr(benchmark, "demonstration", None)
     out = []
     for task in tasks:
-        actions = offer(task) if offer is not None else (list(task.gold) if has_gold(task) else None)
+        actions = offer(task) if offer is not None else (list(task.gold) if Demos.has_gold(task) else None)
         if task.split == "train" and actions:
             moves = iter(actions)
             out.append(_played(benchmark, task, "gold", lambda obs, tried: next(moves, None), len(actions)))

@@ -14,7 +14,7 @@ def split_options(own_model, raw: dict, section: str, sft_defaults: dict | None 
     """``[plugins.<section>]`` holds the proposer's own keys and any cold-start SFT key
     (``evolver_skillrl.options.SFTOptions``: lr, epochs, batch_size, train_layers, ...);
     ``sft_defaults`` are the proposer's own defaults for the latter."""
-    from evolver_skillrl.options import SFTOptions, load_sft
+    from evolver_skillrl import SFTOptions, load_sft
 
     raw = {**(sft_defaults or {}), **dict(raw or {})}
     own = {k: v for k, v in raw.items() if k in own_model.model_fields}
@@ -42,7 +42,7 @@ def lineage(run, program_id: str) -> list[dict]:
 def train_from(loop_run, parent, iteration: int, operator: str, sft_options: dict, episodes=None) -> dict:
     """SFT from ``parent``'s weights; returns the trainer's summary (``checkpoint``: a folder relative
     to the workspace). ``episodes``: the training trajectories (else the demonstrations SFT picks)."""
-    from evolver_skillrl.sft import SFTTrainer
+    from evolver_skillrl import SFTTrainer
 
     start = loop_run.checkpoint_of(parent)
     train_id = f"{loop_run.id}-{operator}-it{iteration}"

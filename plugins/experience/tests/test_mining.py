@@ -10,7 +10,7 @@ import pytest
 
 from doorbench import DoorBench
 from evolver import Episode, Step, Task
-from evolver_experience import mining
+from evolver_experience import miner, mining
 from evolver_experience.miner import SkillMinerProposer
 from evolver_experience.notes import observe
 
@@ -203,7 +203,7 @@ def test_the_observe_script_runs_alone_on_stdin_with_the_valid_actions(tmp_path)
     assert res.returncode == 0, res.stderr
     assert next_move(res.stdout) == f"open {bench.env(task).signs[0][0]} door"
     # the skill parses as a skill the seed harness runs as an observer with the valid actions
-    from evolver import parse_skill
+    from evolver.skills import parse_skill
     meta = parse_skill(folder).meta["metadata"]
     assert meta["observe"] == "scripts/observe.py" and meta["observe_actions"] is True
 
@@ -267,11 +267,12 @@ def test_a_store_with_no_rewards_gives_nothing_to_mine_and_no_candidate(tmp_path
     assert drafts == [] and any("nothing to mine" in line for line in logged), logged
 
 
-@pytest.mark.parametrize("n,trained,expect", [(1, False, 1), (2, False, 2), (3, False, 2), (3, True, 3)])
-def test_given_room_the_miner_adds_twins_whose_harness_plays_the_notes_moves(tmp_path, monkeypatch, n, trained,
-                                                                              expect):
-    """Room for two: the candidate and its twin that follows the notes (same weights). Room for three, with
-    a trained policy: also the notes followed with the parent's weights, in case training did harm."""
+@pytest.mark.parametrize("n,trained,expect", [(1, False, 1), (3, False, 1), (1, True, 1), (2, True, 2), (3, True, 3)])
+def test_the_miners_candidate_follows_its_notes_and_a_trained_one_gets_following_twins(tmp_path, monkeypatch, n,
+                                                                                      trained, expect):
+    """Untrained (the default): one candidate, whose harness plays the notes' moves. Trained, given room:
+    the trained candidate, its twin that follows the notes (same weights) and, room for three, the notes
+    followed with the parent's weights, in case training did harm."""
     import shutil
 
     from evolver.harness import SEED_DIR
@@ -289,26 +290,31 @@ def test_given_room_the_miner_adds_twins_whose_harness_plays_the_notes_moves(tmp
         return drafts[-1]
     ctx = SimpleNamespace(iteration=0, parent=SimpleNamespace(id="seed", root=str(parent_root), manifest={}),
                           frontier=None, n=n, new_draft=new_draft)
+    train = "imitation" if trained else "none"
     if trained:
         summary = {"checkpoint": "checkpoints/x", "losses": [1.0, 0.5], "samples": 4, "trajectories": 2, "steps": 2,
                    "train_run": "r-mine-skill-it0", "from": "the configured executor model"}
-        monkeypatch.setattr(SkillMinerProposer, "teaching", lambda self, tasks: "imitation")
         monkeypatch.setattr(SkillMinerProposer, "imitate", lambda self, ctx, program, tasks: summary)
-    out = SkillMinerProposer(run, train="none", demos_per_category=0).propose(ctx)
+        monkeypatch.setattr(miner, "plan_demos", lambda *a: {})  # no demonstrations to plan: imitate is stubbed
+    out = SkillMinerProposer(run, train=train, demos_per_category=0).propose(ctx)
     assert len(out) == expect and out == drafts
     harness = [(Path(d.path) / "harness" / "harness.py").read_text() for d in out]
-    assert "FOLLOW_NOTES = False" in harness[0] and not out[0].detail.get("follow_notes")
-    assert all("FOLLOW_NOTES = True" in h and "FOLLOW_NOTES = False" not in h for h in harness[1:])
-    assert all(d.detail["follow_notes"] and "FOLLOW_NOTES" in d.hypothesis for d in out[1:])
+    followers = out[1:] if trained else out
+    if trained:
+        assert "FOLLOW_NOTES = False" in harness[0] and not out[0].detail.get("follow_notes")
+    assert all("FOLLOW_NOTES = True" in h and "FOLLOW_NOTES = False" not in h
+               for h in harness[len(out) - len(followers):])
+    assert all(d.detail["follow_notes"] and "FOLLOW_NOTES" in d.hypothesis for d in followers)
     assert all((Path(d.path) / "skills" / "mined-moves" / mining.DATA_FILE).is_file() for d in out)
     weights = [d.manifest.get("model") for d in out]
-    assert weights == (["checkpoints/x", "checkpoints/x", None] if trained else [None] * expect)
+    assert weights == (["checkpoints/x", "checkpoints/x", None][:expect] if trained else [None])
     if expect == 3:
         assert "parent's policy" in out[2].hypothesis and "checkpoint" not in out[2].detail
-    if n == 2:  # a parent that already follows its notes has no twin to offer
-        (parent_root / "harness" / "harness.py").write_text(harness[1])
+    if not trained:  # a parent that already follows its notes: the grown skill, nothing to switch
+        (parent_root / "harness" / "harness.py").write_text(harness[0])
         drafts.clear()
-        assert len(SkillMinerProposer(run, train="none", demos_per_category=0).propose(ctx)) == 1
+        again = SkillMinerProposer(run, train="none", demos_per_category=0).propose(ctx)
+        assert len(again) == 1 and not again[0].detail.get("follow_notes")
 
 
 @pytest.mark.parametrize("demos", [True, False], ids=["imitation", "rewards-alone"])
@@ -337,7 +343,7 @@ def test_the_proposer_writes_a_growing_skill_whose_notes_reach_the_policy_and_tr
             "run", "--iterations", "1", "--proposer", "skill-miner", "--set=loop.candidates_per_iteration=1",
             "--set=loop.dev_per_category=3", "--set=loop.test_per_category=2", "--set=loop.staged=false",
             "--set=loop.train_per_category=1", "--set=loop.failure_threshold=1.01", "--set=loop.best_of_n=false",
-            "--set=plugins.skill-miner={demos_per_category = 4, per_category = 2, lr = 0.01, batch_size = 2, autocast = false, "
+            "--set=plugins.skill-miner={train = \"auto\", demos_per_category = 4, per_category = 2, lr = 0.01, batch_size = 2, autocast = false, "
             "expert = {tasks_per_category = 3, samples = 2, wide_below = 0.0, temperature = 1.5, min_score = 0.0, "
             "min_trajectories = 1, lr = 0.01, batch_size = 2, autocast = false}}",
             f"--set=demonstrations={str(demos).lower()}"]

@@ -5,9 +5,38 @@ skills in every prompt; options live under ``[plugins.grpo]`` (see :mod:`evolver
 """
 from __future__ import annotations
 
+import importlib
+
 from evolver import hookimpl
 
 __version__ = "0.1.0"
+
+#: What other plugins may use (``from evolver_grpo import make_engine``), and where each lives: module, or
+#: ``module:attribute`` when the public name differs. SFT, DPO and SKILLRL's trainer train through these.
+_API: dict[str, str] = {
+    # the policy being trained, and the engine that plays rollouts with its current weights
+    **dict.fromkeys(["RolloutBackend", "make_engine", "learner_only"], "evolver_grpo.engines"),
+    # log-probs of completion tokens under the policy
+    **dict.fromkeys(["completion_logprobs", "prefix_groups", "split_model"], "evolver_grpo.logprobs"),
+    "Parallel": "evolver_grpo.parallel",  # one process, or a rank under torchrun (DDP / FSDP)
+    "GRPOTrainer": "evolver_grpo.trainer",
+    "GRPOConfig": "evolver_grpo.config",  # [plugins.grpo]
+    # checkpoints: HF folders in the workspace, and the trainer state resuming needs
+    "save_checkpoint": "evolver_grpo.checkpoint:save",
+    **dict.fromkeys(["save_and_commit", "write_state", "latest_state", "load_weights"], "evolver_grpo.checkpoint"),
+}
+__all__ = list(_API)
+
+
+def __getattr__(name: str) -> object:
+    """Load a public name on first use and keep it (so registering the plugin loads no torch)."""
+    where = _API.get(name)
+    if where is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module, _, attr = where.partition(":")
+    value = getattr(importlib.import_module(module), attr or name)
+    globals()[name] = value
+    return value
 
 
 def grpo_trainer(run, options: dict | None = None, progress=None):

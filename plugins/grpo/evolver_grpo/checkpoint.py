@@ -18,6 +18,7 @@ STATE = "trainer_state.pt"  # what resuming needs beyond the weights
 
 
 def save(model, tokenizer, folder: Path) -> Path:
+    """``model`` (LoRA adapters merged into a copy) and ``tokenizer`` as a HF safetensors folder; returns it."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     if hasattr(model, "merge_and_unload"):
@@ -38,6 +39,8 @@ def save_step(trainer, step: int) -> Path:
 
 
 def save_and_commit(trainer, step: int, evaluation: dict | None = None):
+    """Save ``step`` (:func:`save_step`) and commit it as a child program of the trainer's whose manifest
+    ``model`` names the checkpoint; returns what ``run.commit_child`` returns."""
     run = trainer.run
     rel = save_step(trainer, step)
     parent = trainer.program

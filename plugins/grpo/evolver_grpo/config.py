@@ -9,6 +9,8 @@ from evolver import plugin_options
 
 
 class GRPOConfig(BaseModel):
+    """The ``[plugins.grpo]`` options, validated: each field's comment says what it does."""
+
     model_config = ConfigDict(extra="forbid")
 
     # what to train on

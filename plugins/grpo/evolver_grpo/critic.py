@@ -21,7 +21,7 @@ import copy
 import torch
 
 from evolver_grpo.logprobs import completion_hidden, split_model  # noqa: F401 (completion_hidden: re-exported)
-from evolver_transformers.precision import use_autocast
+from evolver_transformers import use_autocast
 
 KINDS = ("head", "model")
 

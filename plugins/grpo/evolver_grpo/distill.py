@@ -46,7 +46,7 @@ from evolver import Message, Trainer, evaluate_many, summarize
 from evolver_grpo.distill_config import DistillConfig, load
 from evolver_grpo.engines import RolloutBackend, make_engine
 from evolver_grpo.logprobs import split_model
-from evolver_transformers.precision import use_autocast
+from evolver_transformers import use_autocast
 
 DIVERGENCES = ("forward", "reverse", "jsd")
 
@@ -144,19 +144,19 @@ class Privileged:
 
     def skills_system(self, task) -> str | None:
         if task.id not in self._system:
-            from evolver import SandboxedHarness, make_harness, task_for_harness
+            from evolver import Harnesses
 
             if self._harness is None:  # a candidate's harness is candidate code: sandboxed, as the evaluator runs it
                 ctx, loop = self.run.context(self.program), self.run.config.loop
                 packages = list(getattr(self.run.benchmark, "harness_packages", None) or ())
-                self._harness = (SandboxedHarness(ctx, memory_mb=loop.harness_memory_mb, packages=packages)
-                                 if loop.sandbox_harness else make_harness(ctx))
+                self._harness = (Harnesses.Sandboxed(ctx, memory_mb=loop.harness_memory_mb, packages=packages)
+                                 if loop.sandbox_harness else Harnesses.make(ctx))
             env = self.run.benchmark.env(task)
             try:
                 obs = env.reset()
                 hints = getattr(self.run.benchmark, "harness_hints", None)
-                state = self._harness.start(task_for_harness(task, hints, getattr(self.run.benchmark, "public_seed", False)),
-                                            obs)
+                public_seed = getattr(self.run.benchmark, "public_seed", False)
+                state = self._harness.start(Harnesses.task(task, hints, public_seed), obs)
                 request = self._harness.next_call(state, obs)
             finally:
                 env.close()

@@ -111,7 +111,7 @@ def learner_only(run, name: str | None = None):
     (``evolver_grpo.parallel``), which only computes gradients. No vLLM engine is started for it."""
     rc = run.config.role("executor")
     if (name or rc.backend) == "vllm":
-        from evolver_transformers.embedded import embedded_model_dir
+        from evolver_transformers import embedded_model_dir
 
         return _load_learner(rc.model or str(embedded_model_dir()))
     return make_engine(run, name).learner()
@@ -135,7 +135,7 @@ def make_engine(run, name: str | None = None):
         engine = TransformersEngine(inner)
     elif kind == "vllm":
         rc = run.config.role("executor")
-        from evolver_transformers.embedded import embedded_model_dir
+        from evolver_transformers import embedded_model_dir
 
         engine = VLLMEngine(inner, rc.model or str(embedded_model_dir()))
     else:

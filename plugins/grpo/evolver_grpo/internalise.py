@@ -36,12 +36,12 @@ class InternaliseProposer(Proposer):
     def propose(self, ctx) -> list:
         if ctx.iteration % max(1, self.cfg.every):
             return []
-        from evolver import program_context
+        from evolver import Harnesses
         from evolver_grpo.distill import DistillTrainer, drop_skills
         from evolver_grpo.proposer import train_in_own_run
 
         loop_run, parent = self.run, ctx.parent
-        skills = program_context(parent).skills
+        skills = Harnesses.context(parent).skills
         if not skills:
             loop_run.log(f"internalise: {parent.id} has no skills to internalise")
             return []

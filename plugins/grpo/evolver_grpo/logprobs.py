@@ -21,8 +21,7 @@ import inspect
 import torch
 from transformers import DynamicCache
 
-from evolver_transformers.precision import use_autocast
-from evolver_transformers.prefix_cache import length_groups
+from evolver_transformers import length_groups, use_autocast
 
 
 def split_model(model):

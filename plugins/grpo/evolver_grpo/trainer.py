@@ -41,6 +41,9 @@ from evolver_grpo.samples import Sample, collect
 
 
 class GRPOTrainer(Trainer):
+    """GRPO on the executor's policy (the module docstring gives one step); options are
+    :class:`evolver_grpo.config.GRPOConfig`. Other trainers (SKILLRL's, PPO) build on its rollouts and updates."""
+
     #: What `evolver train` prints per step (Trainer.columns): reward, the share of zero-variance groups, KL,
     #: clipping, response length and the step's time.
     columns = ("reward {reward_mean:.3f}±{reward_std:.3f}", "zero-var {zero_var_frac:.2f}", "kl {kl:.4f}",

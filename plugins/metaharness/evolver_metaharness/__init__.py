@@ -1,6 +1,9 @@
 """Meta-Harness for evolver: search over harness code (``evolver run --proposer meta-harness``)."""
 from evolver import hookimpl
 
+#: The names other plugins may use: none (this plugin offers its hooks, not a library).
+__all__: list[str] = []
+
 
 @hookimpl
 def register_proposers(register):

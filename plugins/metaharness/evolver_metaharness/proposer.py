@@ -25,7 +25,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from evolver import GenRequest, Message, Proposer, Tools, converse
+from evolver import GenRequest, Message, Proposer, Tools
 
 from evolver_metaharness.answer import FORMAT, Answer, only_constants_changed, parse_answer
 from evolver_metaharness.render import render
@@ -161,9 +161,9 @@ class MetaHarnessProposer(Proposer):
         def status(turn: int, line: str) -> None:
             self.run.status = f"iteration {ctx.iteration}: meta-harness {k + 1}/{ctx.n} turn {turn + 1}: {line[:60]}"
         done = lambda text: "```" in text and "HYPOTHESIS" in text.upper()  # noqa: E731
-        conv = converse(self.run.backend("proposer"), messages, tools, self.options.agent_turns, done,
-                        max_tokens=max(self.options.answer_tokens, rc.max_tokens), temperature=rc.temperature,
-                        may_continue=lambda: not self._budget_spent(), on_turn=status)
+        conv = Tools.converse(self.run.backend("proposer"), messages, tools, self.options.agent_turns, done,
+                              max_tokens=max(self.options.answer_tokens, rc.max_tokens), temperature=rc.temperature,
+                              may_continue=lambda: not self._budget_spent(), on_turn=status)
         answer = parse_answer(conv.answer, parent_code, self.options.allow_constant_changes)
         text = conv.answer
         if answer.problem and answer.repairable and not self._budget_spent():

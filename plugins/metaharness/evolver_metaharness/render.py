@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from evolver import HARNESS_INTERFACE, brief_step, gold_text
+from evolver import Harnesses, Traces
 
 from evolver_metaharness.workspace import Export, TraceRef
 
@@ -78,13 +78,14 @@ def render_trace(ref: TraceRef, episode=None, obs_chars: int = 160, context_char
     if e.steps:
         lines.append("Context the model saw at step 0 (last message): " + _last_message(e.steps[0].prompt, context_chars))
     for s in e.steps:
-        lines.append(brief_step(s, obs_chars))
+        lines.append(Traces.step(s, obs_chars))
         if s.error:
             lines.append(f"    step error: {s.error.splitlines()[0][:200]}")
     if e.error:
         lines.append("Error:\n" + "\n".join(e.error.strip().splitlines()[-12:]))
     if e.task.gold is not None:
-        lines.append(f"Gold (for diagnosis only; a harness containing it is rejected): {gold_text(e.task.gold)[:300]}")
+        gold = Traces.gold(e.task.gold)[:300]
+        lines.append(f"Gold (for diagnosis only; a harness containing it is rejected): {gold}")
     return "\n".join(lines)
 
 
@@ -110,7 +111,7 @@ def render(export: Export, parent_id: str, parent_code: str, frontier, threshold
            count_tokens, answer_format: str, load=None, focus: int = 0, note: str = "") -> Rendered:
     """The prompt for one candidate. ``load(ids)`` returns those episodes with their steps (the export
     holds them without); ``budget`` is in tokens as ``count_tokens`` counts them."""
-    head = ("## The harness interface\n" + HARNESS_INTERFACE.strip() +
+    head = ("## The harness interface\n" + Harnesses.INTERFACE.strip() +
             f"\n\n## The harness to copy: candidates/{parent_id}/harness/harness.py\n```python\n{parent_code}```\n")
     tail = "\n" + (note + "\n\n" if note else "") + answer_format
     used = count_tokens(head) + count_tokens(tail)

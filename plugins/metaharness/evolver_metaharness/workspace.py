@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from evolver import HARNESS_INTERFACE, Episode, format_episode
+from evolver import Episode, Harnesses, Traces
 
 
 @dataclass
@@ -139,7 +139,7 @@ def _write_traces(store, folder: Path, pid: str, episodes: list[Episode], root: 
     missing = [e.id for e in episodes if not (traces / trace_name(e)).exists()]
     if missing:  # steps are loaded only for traces not written yet
         for full in store.episodes(ids=missing, with_steps=True):
-            _write(traces / trace_name(full), format_episode(full) + "\n")
+            _write(traces / trace_name(full), Traces.episode(full) + "\n")
     index = ["file\tsplit\tpurpose\tcategory\ttask\tscore\twon\tcontext_tokens\terror"]
     refs = []
     for e in episodes:
@@ -245,4 +245,4 @@ def _readme() -> str:
             "the exact context the model saw at each step: that is where a harness's mistakes show.\n\n"
             "Gold answers appear in traces for diagnosis only: a harness that contains a gold answer or a "
             "task id, or that reads a task's gold or seed, is rejected.\n\n"
-            "## The harness interface (evolver/harness.py)\n\n" + HARNESS_INTERFACE.strip() + "\n")
+            "## The harness interface (evolver/harness.py)\n\n" + Harnesses.INTERFACE.strip() + "\n")

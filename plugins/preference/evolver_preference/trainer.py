@@ -90,7 +90,7 @@ class DPOTrainer(Trainer):
 
     # ---------------------------------------------------------------------------------- set-up
     def setup(self) -> None:
-        from evolver_grpo.engines import make_engine
+        from evolver_grpo import make_engine
 
         cfg, run = self.cfg, self.run
         torch.manual_seed(cfg.seed)
@@ -129,7 +129,7 @@ class DPOTrainer(Trainer):
 
     def logps(self, items: list[TokenPair]) -> torch.Tensor:
         """``[len(items), 2]``: each pair's chosen and rejected sequence log-probs (summed over its turns)."""
-        from evolver_grpo.logprobs import completion_logprobs
+        from evolver_grpo import completion_logprobs
 
         cfg = self.cfg
         segs = [(k, side, s) for k, tp in enumerate(items) for side, part in enumerate((tp.chosen, tp.rejected))
@@ -211,9 +211,9 @@ class DPOTrainer(Trainer):
             evals.append({"step": n, **self.evaluate()})
         out = {"steps": n, "history": self.history, "evals": evals, "pairs": len(self.data), "dropped": self.dropped}
         rel = Path("checkpoints") / run.id / f"{self.name}-step-{n}"
-        from evolver_grpo.checkpoint import save
+        from evolver_grpo import save_checkpoint
 
-        save(self.model, getattr(self.engine.backend, "tokenizer", None), run.workspace / rel)
+        save_checkpoint(self.model, getattr(self.engine.backend, "tokenizer", None), run.workspace / rel)
         if not cfg.commit:
             return {**out, "checkpoint": rel.as_posix(), "program": None}
         last = self.history[-1] if self.history else {}

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from evolver import hookimpl
 
+#: The names other plugins may use: none (this plugin offers its hooks, not a library).
+__all__: list[str] = []
+
 __version__ = "0.1.0"
 
 

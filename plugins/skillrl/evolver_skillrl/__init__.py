@@ -14,11 +14,31 @@ Imports are lazy, so loading the plugin costs ``evolver --help`` nothing.
 """
 from __future__ import annotations
 
+import importlib
 import threading
 
 from evolver import hookimpl
 
 __version__ = "0.1.0"
+
+#: What other plugins may use (imitation and expert iteration train with SKILLRL's SFT), and where each lives.
+_API: dict[str, str] = {
+    **dict.fromkeys(["SFTTrainer", "demo_tasks"], "evolver_skillrl.sft"),
+    **dict.fromkeys(["SFTOptions", "load_sft"], "evolver_skillrl.options"),
+}
+__all__ = list(_API)
+
+
+def __getattr__(name: str) -> object:
+    """Load a public name on first use and keep it (so registering the plugin loads no torch)."""
+    where = _API.get(name)
+    if where is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module, _, attr = where.partition(":")
+    value = getattr(importlib.import_module(module), attr or name)
+    globals()[name] = value
+    return value
+
 
 _RETRIEVERS: dict[tuple, object] = {}
 _LOCK = threading.Lock()

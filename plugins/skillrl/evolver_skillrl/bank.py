@@ -18,7 +18,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from evolver import EvolverError, Program, Skill, audit_leakage, check_skill_files, load_skills, write_skill
+from evolver import EvolverError, Program, Skill, SkillChecks, Skills
 
 TIERS = ("general", "task", "lesson")
 #: The default harness's constant for how many skill bodies it injects (see fit_harness).
@@ -78,7 +78,7 @@ def counts(skills: list[Skill]) -> dict[str, int]:
 
 def load_bank(root: str | Path) -> list[Skill]:
     skills_dir = Path(root) / "skills"
-    return bank_of(load_skills(skills_dir)) if skills_dir.is_dir() else []
+    return bank_of(Skills.load(skills_dir)) if skills_dir.is_dir() else []
 
 
 def slug(text: str, limit: int = 48) -> str:
@@ -97,8 +97,8 @@ def write_entry(skills_dir: Path, entry: BankEntry) -> Path:
     while (Path(skills_dir) / name).exists():
         name, n = f"{base[:58]}-{n}", n + 1
     meta = {"tier": entry.tier, "category": entry.category, "origin": entry.origin, "sources": list(entry.sources)}
-    return write_skill(Path(skills_dir), name, entry.description, entry.body,
-                       meta={k: v for k, v in meta.items() if v not in (None, "", [])})
+    return Skills.write(Path(skills_dir), name, entry.description, entry.body,
+                        meta={k: v for k, v in meta.items() if v not in (None, "", [])})
 
 
 def fit_harness(root: Path, wanted: int) -> bool:
@@ -138,7 +138,7 @@ def commit_bank(run, parent: Program, entries: list[BankEntry], message: str, op
     path = run.repo.new_candidate(cid, parent.commit)
     try:
         names = write_entries(path, entries, inject)
-        problem = check_skill_files(path, parent_root=Path(parent.root)) or audit_leakage(
+        problem = SkillChecks.check_files(path, parent_root=Path(parent.root)) or SkillChecks.audit_leakage(
             path, list(forbidden), [list(s) for s in sequences], Path(parent.root))
         if problem:
             raise BankError(f"bank change rejected: {problem}")

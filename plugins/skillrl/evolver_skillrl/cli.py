@@ -42,7 +42,7 @@ def bank_cmd(obj, program_ref):
 @click.pass_obj
 def seed_cmd(obj, program_ref):
     """Seed a bank from gold trajectories of training tasks and commit it as a child program."""
-    from evolver import EvolverError, has_gold, open_run
+    from evolver import Demos, EvolverError, open_run
     from evolver_skillrl.bank import commit_bank, load_bank
     from evolver_skillrl.options import load_options
     from evolver_skillrl.proposer import seed_from_gold
@@ -60,7 +60,7 @@ def seed_cmd(obj, program_ref):
                                "benchmark have gold paths (twx does)?")
         new = commit_bank(run, program, evo.entries, f"seed the bank from {len(gold)} gold trajectories",
                           operator="seed-bank", forbidden=sorted({e.task.id for e in gold}),
-                          sequences=[list(e.task.gold) for e in gold if has_gold(e.task)], inject=opts.top_k,
+                          sequences=[list(e.task.gold) for e in gold if Demos.has_gold(e.task)], inject=opts.top_k,
                           detail={"stats": evo.stats})
         run.store.update_run(run.id, status="finished", summary={"program": new.id})
     click.echo(f"seeded program {new.id} from {program.id}: {new.manifest.get('bank')} "

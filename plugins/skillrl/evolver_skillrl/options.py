@@ -80,6 +80,8 @@ class SkillRLOptions(BaseModel):
 
 
 class SFTOptions(BaseModel):
+    """The ``[plugins.sft]`` options, validated: each field's docstring says what it does."""
+
     model_config = ConfigDict(extra="forbid")
 
     program: str = "seed"
@@ -165,7 +167,7 @@ class SFTOptions(BaseModel):
 
 
 def _grpo_fields() -> set[str]:
-    from evolver_grpo.config import GRPOConfig
+    from evolver_grpo import GRPOConfig
 
     return set(GRPOConfig.model_fields)
 
@@ -186,5 +188,6 @@ def load_options(config_or_dict) -> SkillRLOptions:
 
 
 def load_sft(raw: dict) -> SFTOptions:
+    """:class:`SFTOptions` from ``raw`` (the ``[plugins.sft]`` table); a bad value is a ConfigError."""
     return plugin_options(SFTOptions, raw, "sft")
 

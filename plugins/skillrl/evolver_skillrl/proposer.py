@@ -11,7 +11,7 @@ worse is not kept. Bank growth (general / task / lesson) is in each proposal's d
 """
 from __future__ import annotations
 
-from evolver import ROLES, ConfigError, Proposer, load_embedder, replay_gold
+from evolver import ROLES, ConfigError, Demos, Proposer, load_embedder
 from evolver_skillrl.bank import counts, load_bank, write_entries
 from evolver_skillrl.distill import Distiller
 from evolver_skillrl.evolve import evolve, seed_entries
@@ -35,7 +35,7 @@ def latest_dev(run, program_id: str) -> dict[str, float] | None:
 def seed_from_gold(run, program, options, distiller=None):
     """(Evolution, gold episodes) for an empty bank; gold comes from the benchmark's training tasks."""
     tasks = run.benchmark.tasks("train", per_category=options.gold_per_category)
-    gold = replay_gold(run, program, tasks)
+    gold = Demos.replay_gold(run, program, tasks)
     return seed_entries(gold, load_bank(program.root), distiller or make_distiller(run, options),
                         load_embedder(options.embedder, fallback=False), options), gold
 

@@ -28,8 +28,7 @@ from pathlib import Path
 
 import torch
 
-from evolver import (Episode, EvolverError, Message, Trainer, evaluate_many, has_gold, replay_episodes, replay_gold,
-                     summarize)
+from evolver import Demos, Episode, EvolverError, Message, Trainer, evaluate_many, summarize
 from evolver_skillrl.bank import commit_bank, load_bank
 from evolver_skillrl.options import load_options, load_sft
 
@@ -66,7 +65,7 @@ def micro_batches(batch: list[SFTSample], rows: int, share: int) -> list[list[SF
     (``prefix_groups``) go together, as many as compute no more tokens than ``rows`` of the batch's
     longest samples (a shared prefix counts once); the others go ``rows`` at a time, by length
     (less padding)."""
-    from evolver_grpo.logprobs import prefix_groups
+    from evolver_grpo import prefix_groups
 
     lengths = [len(s.prompt_ids) + len(s.completion_ids) for s in batch]
     groups = prefix_groups([s.prompt_ids for s in batch], lengths, share) if share > 0 else \
@@ -89,6 +88,9 @@ def micro_batches(batch: list[SFTSample], rows: int, share: int) -> list[list[SF
 
 
 class SFTTrainer(Trainer):
+    """Cold-start SFT (``evolver train --sft``): the program's harness renders demonstration steps (gold
+    paths, good stored episodes, or ``episodes`` given), and the policy learns their actions."""
+
     flag = True  # `evolver train --sft`
     columns = ("loss {loss:.4f}", "{step_s:.1f}s")
 
@@ -101,7 +103,7 @@ class SFTTrainer(Trainer):
         self._engine = engine
         self.progress = progress or (lambda row: None)
         self.history: list[dict] = []
-        from evolver_grpo.parallel import Parallel
+        from evolver_grpo import Parallel
 
         self.par = Parallel.from_env(self.cfg.parallel)  # one process unless launched by torchrun
         self.cfg = self.par.broadcast(self.cfg)  # rank 0's options (a resumed run's recorded ones) everywhere
@@ -118,7 +120,7 @@ class SFTTrainer(Trainer):
             if evo.entries:
                 program = commit_bank(run, program, evo.entries, f"seed the bank from {len(gold)} gold trajectories",
                                       operator="seed-bank", forbidden=sorted({e.task.id for e in gold}),
-                                      sequences=[list(e.task.gold) for e in gold if has_gold(e.task)],
+                                      sequences=[list(e.task.gold) for e in gold if Demos.has_gold(e.task)],
                                       inject=self.bank_options.top_k, detail={"stats": evo.stats})
         if cfg.write_choice:
             program = commit_write_choice(run, program)
@@ -131,7 +133,7 @@ class SFTTrainer(Trainer):
         eps: list[Episode] = []
         if cfg.source in ("gold", "both"):
             tasks = demo_tasks(run.benchmark, cfg.first_task, cfg.per_category)
-            eps += [e for e in replay_gold(run, program, tasks) if e.won and not e.error]
+            eps += [e for e in Demos.replay_gold(run, program, tasks) if e.won and not e.error]
         if cfg.source in ("store", "both"):
             stored = [e for e in run.store.episodes(split="train", min_score=cfg.min_score, with_steps=True)
                       if e.purpose in ("train", "grpo") and not e.error]
@@ -141,7 +143,7 @@ class SFTTrainer(Trainer):
                 if per.get(e.task.category, 0) < cfg.per_category:
                     per[e.task.category] = per.get(e.task.category, 0) + 1
                     chosen.append(e)
-            eps += [e for e in replay_episodes(run, program, chosen) if e.score >= cfg.min_score and not e.error]
+            eps += [e for e in Demos.replay_episodes(run, program, chosen) if e.score >= cfg.min_score and not e.error]
         if not eps:
             raise EvolverError(f"no successful training trajectories for SFT (source {cfg.source!r}): the benchmark "
                                f"{run.config.benchmark!r} may have no gold paths; try --set plugins.sft.source=store "
@@ -150,7 +152,7 @@ class SFTTrainer(Trainer):
 
     # ---------------------------------------------------------------------------------- train
     def setup(self, program_id: str | None = None) -> None:
-        from evolver_grpo.engines import learner_only, make_engine
+        from evolver_grpo import learner_only, make_engine
 
         torch.manual_seed(self.cfg.seed)
         par = self.par
@@ -190,7 +192,7 @@ class SFTTrainer(Trainer):
                 yield [self.samples[j] for j in order[i:i + self.cfg.batch_size]]
 
     def step(self, n: int, batch: list[SFTSample]) -> dict:
-        from evolver_grpo.logprobs import completion_logprobs
+        from evolver_grpo import completion_logprobs
 
         t0 = time.perf_counter()
         self.opt.zero_grad(set_to_none=True)
@@ -233,7 +235,7 @@ class SFTTrainer(Trainer):
     def train(self, resume: bool = False) -> dict:
         """One pass (``epochs`` times) over the samples. ``resume=True`` goes on from the newest state
         this run kept (``save_every``): the same program, weights, optimizer, RNG and batch order."""
-        from evolver_grpo.checkpoint import latest_state
+        from evolver_grpo import latest_state
 
         par = self.par  # under torchrun rank 0 alone reads and writes the workspace; the others follow
         if resume and par.on and par.mode == "fsdp":
@@ -280,10 +282,10 @@ class SFTTrainer(Trainer):
         out = {"steps": n, "history": self.history, "evals": evals, "samples": len(self.samples),
                "dropped": self.dropped, "trajectories": len(self.episodes), "bank_program": self.program.id}
         if not cfg.commit:
-            from evolver_grpo.checkpoint import save
+            from evolver_grpo import save_checkpoint
 
             rel = Path("checkpoints") / run.id / f"sft-step-{n}"
-            save(self.model, getattr(self.engine.backend, "tokenizer", None), run.workspace / rel)
+            save_checkpoint(self.model, getattr(self.engine.backend, "tokenizer", None), run.workspace / rel)
             return {**out, "checkpoint": rel.as_posix(), "program": None}
         program = commit_checkpoint(self, n, "sft", f"cold-start SFT on {len(self.samples)} skill-conditioned steps "
                                                    f"from {len(self.episodes)} trajectories, {n} steps")
@@ -293,15 +295,15 @@ class SFTTrainer(Trainer):
 
 
     def _save_state(self, n: int) -> None:
-        from evolver_grpo.checkpoint import save, write_state
+        from evolver_grpo import save_checkpoint, write_state
 
         folder = self.run.workspace / "checkpoints" / self.run.id / f"sft-step-{n}"
-        save(self.model, getattr(self.engine.backend, "tokenizer", None), folder)
+        save_checkpoint(self.model, getattr(self.engine.backend, "tokenizer", None), folder)
         write_state(folder, {"step": n, "optimizer": self.opt.state_dict(), "torch_rng": torch.get_rng_state(),
                              "history": self.history, "program": self.program.id}, prefix="sft-step-")
 
     def _restore(self, folder: Path, state: dict) -> int:
-        from evolver_grpo.checkpoint import load_weights
+        from evolver_grpo import load_weights
 
         load_weights(self.model, folder)
         self.opt.load_state_dict(state["optimizer"])
@@ -344,7 +346,7 @@ def freeze_below(model, train_layers: int | None) -> None:
     records nothing below the first trained layer: the backward pass stops there."""
     if train_layers is None:
         return
-    from evolver_grpo.logprobs import split_model
+    from evolver_grpo import split_model
 
     trunk, head = split_model(model)
     layers = list(getattr(trunk, "layers", []))
@@ -362,11 +364,11 @@ def freeze_below(model, train_layers: int | None) -> None:
 
 def commit_checkpoint(trainer, step: int, operator: str, message: str):
     """Save the trainer's model as an HF folder and commit it as a child of ``trainer.program``."""
-    from evolver_grpo.checkpoint import save
+    from evolver_grpo import save_checkpoint
 
     run = trainer.run
     rel = Path("checkpoints") / run.id / f"{operator}-step-{step}"
-    save(trainer.model, getattr(trainer.engine.backend, "tokenizer", None), run.workspace / rel)
+    save_checkpoint(trainer.model, getattr(trainer.engine.backend, "tokenizer", None), run.workspace / rel)
     parent = trainer.program
     manifest = {"parent": parent.id, "operator": operator, "model": rel.as_posix(), "proposal": message[:200]}
     return run.commit_child(parent, f"{operator}-{run.id}-s{step}", manifest, f"{operator}: {message}")

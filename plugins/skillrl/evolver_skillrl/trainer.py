@@ -16,8 +16,8 @@ Options: GRPO's under ``[plugins.grpo]`` (or ``[plugins.skillrl]``, which overri
 """
 from __future__ import annotations
 
-from evolver import ConfigError, EvolverError, has_gold, load_embedder
-from evolver_grpo.trainer import GRPOTrainer
+from evolver import ConfigError, Demos, EvolverError, load_embedder
+from evolver_grpo import GRPOTrainer
 from evolver_skillrl.bank import commit_bank, counts, load_bank
 from evolver_skillrl.evolve import evolve
 from evolver_skillrl.options import grpo_part, load_options
@@ -53,7 +53,7 @@ class SkillRLTrainer(GRPOTrainer):
             if evo.entries:
                 self.use(commit_bank(self.run, self.program, evo.entries, f"seed the bank from {len(gold)} gold "
                                      "trajectories", operator="seed-bank", forbidden=sorted({e.task.id for e in gold}),
-                                     sequences=[list(e.task.gold) for e in gold if has_gold(e.task)],
+                                     sequences=[list(e.task.gold) for e in gold if Demos.has_gold(e.task)],
                                      inject=opts.top_k, detail={"stats": evo.stats}))
 
     def use(self, program) -> None:
@@ -93,7 +93,7 @@ class SkillRLTrainer(GRPOTrainer):
                 new = commit_bank(run, self.program, evo.entries,
                                   f"lessons for {', '.join(evo.weak)} after step {step}", operator="evolve-bank",
                                   forbidden=sorted({e.task.id for e in used}),
-                                  sequences=[list(e.task.gold) for e in used if has_gold(e.task)],
+                                  sequences=[list(e.task.gold) for e in used if Demos.has_gold(e.task)],
                                   inject=opts.top_k, detail={"step": step})
                 self.pending = {"previous": self.program, "score": ev.score}
                 self.use(new)
@@ -112,7 +112,7 @@ class SkillRLTrainer(GRPOTrainer):
     def train(self, resume: bool = False) -> dict:
         """``resume=True`` goes on from the newest checkpoint this run saved (``save_every``), with the
         bank, pending evolution and validations it had then."""
-        from evolver_grpo.checkpoint import latest_state, save_and_commit
+        from evolver_grpo import latest_state, save_and_commit
 
         found = latest_state(self.run.workspace, self.run.id) if resume else None
         if resume and found is None:

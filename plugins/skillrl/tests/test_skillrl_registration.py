@@ -14,3 +14,19 @@ def test_a_lazy_trainer_factory_carries_its_classes_flag(monkeypatch, name, modu
     plugins.reset()
     factory = plugins.get("trainer", name).factory
     assert factory.flag is getattr(importlib.import_module(module), cls).flag
+
+
+def test_the_public_names_load_lazily_and_resolve():
+    """``evolver_skillrl.__all__`` is what other plugins (imitation, expert iteration) use: the package loads
+    no torch until one is asked for."""
+    import subprocess
+    import sys
+
+    subprocess.run([sys.executable, "-c", "import sys, evolver_skillrl\nassert 'torch' not in sys.modules\n"],
+                   check=True)
+    import evolver_skillrl
+    from evolver_skillrl.options import load_sft
+    from evolver_skillrl.sft import SFTTrainer
+
+    assert evolver_skillrl.SFTTrainer is SFTTrainer and evolver_skillrl.load_sft is load_sft
+    assert sorted(evolver_skillrl.__all__) == ["SFTOptions", "SFTTrainer", "demo_tasks", "load_sft"]

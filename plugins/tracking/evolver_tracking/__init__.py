@@ -26,6 +26,9 @@ from pathlib import Path
 
 from evolver import hookimpl
 
+#: The names other plugins may use: none (this plugin offers its hooks, not a library).
+__all__: list[str] = []
+
 from .options import load_options
 from .trackers import numbers, open_tracker
 

@@ -5,7 +5,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from evolver import Config, ProgramRepo, Run, Store, plugins
+from evolver import ProgramRepo, Run, Store, plugins
+from evolver.config import Config
 
 TOY = Path(__file__).resolve().parents[3] / "tests" / "toybench.py"
 
@@ -15,7 +16,7 @@ TOY = Path(__file__).resolve().parents[3] / "tests" / "toybench.py"
 TOGGLER = '''
 import shutil
 from pathlib import Path
-from evolver import hookimpl, write_skill
+from evolver import Skills, hookimpl
 
 class Toggler:
     def __init__(self, run, **_):
@@ -27,7 +28,7 @@ class Toggler:
         had = (skills / "shout-words").exists()
         shutil.rmtree(skills / "shout-words", ignore_errors=True)
         body = "Keep every answer short and plain." if had else "Answer with the word in UPPERCASE letters."
-        write_skill(skills, "brief" if had else "shout-words", "Use when asked to answer with a word.", body)
+        Skills.write(skills, "brief" if had else "shout-words", "Use when asked to answer with a word.", body)
         if had:
             return [d]
         train = ctx.run.training_run(ctx.parent, f"{ctx.run.id}-toy-it{ctx.iteration}")

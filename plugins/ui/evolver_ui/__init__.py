@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from evolver import hookimpl
 
+#: The names other plugins may use: none (this plugin offers its hooks, not a library).
+__all__: list[str] = []
+
 
 def write_html(report):
     """The ``html`` report format: ``store/reports/RUN.html``."""

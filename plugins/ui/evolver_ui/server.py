@@ -32,7 +32,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse
 from starlette.routing import Route
 
-from evolver import EvolverError, ProgramRepo, ProgramRepoError, ReportContext, format_episode
+from evolver import EvolverError, ProgramRepo, ProgramRepoError, ReportContext, Traces
 from evolver_ui.data import collect
 from evolver_ui.report import diff_lines, page
 from evolver_ui.snapshot import Snapshot
@@ -183,7 +183,7 @@ class UI:
             ep = self.store().episode(episode_id)
         except LookupError as exc:  # no such episode, or an ambiguous prefix
             raise HTTPException(404, str(exc)) from None
-        return self.render("ui_episode.html", ep=ep, text=format_episode(ep),
+        return self.render("ui_episode.html", ep=ep, text=Traces.episode(ep),
                            steps=[{"step": s, "prompt": _prompt(s.prompt)} for s in ep.steps])
 
     async def error(self, request: Request, exc: Exception) -> HTMLResponse:

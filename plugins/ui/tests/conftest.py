@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from evolver import Config, ProgramRepo, Run, Store, plugins
+from evolver import ProgramRepo, Run, Store, plugins
+from evolver.config import Config
 
 TOY = Path(__file__).resolve().parents[3] / "tests" / "toybench.py"
 
@@ -13,7 +14,7 @@ TOY = Path(__file__).resolve().parents[3] / "tests" / "toybench.py"
 TOGGLER = '''
 import shutil
 from pathlib import Path
-from evolver import hookimpl, write_skill
+from evolver import Skills, hookimpl
 
 class Toggler:
     def __init__(self, run, **_):
@@ -27,7 +28,7 @@ class Toggler:
         # The useless skill is the longer one: worse and no leaner, it cannot be admitted even as a trade-off.
         body = ("Keep every answer short and plain: one word, no punctuation, no explanation, nothing around it, "
                 "and nothing before it.") if had else "Answer with the word in UPPERCASE letters."
-        write_skill(skills, "brief" if had else "shout-words", "Use when asked to answer with a word.", body)
+        Skills.write(skills, "brief" if had else "shout-words", "Use when asked to answer with a word.", body)
         if not had:
             return [d]
         bad = ctx.new_draft("create", "a SKILL.md without front matter")

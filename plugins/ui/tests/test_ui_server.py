@@ -15,7 +15,8 @@ import pytest
 from click.testing import CliRunner
 from starlette.testclient import TestClient
 
-from evolver import Store, StoreLockedError
+from evolver import Store
+from evolver.errors import StoreLockedError
 
 from evolver_ui.server import is_loopback, make_app
 

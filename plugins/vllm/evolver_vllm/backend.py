@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from evolver import Backend, BackendError, ChoiceRequest, ChoiceResult, GenRequest, GenResult
-from evolver_transformers.embedded import MODEL_NAME, cached_model_dir, embedded_model_dir, fingerprint, state_hash
+from evolver_transformers import MODEL_NAME, cached_model_dir, embedded_model_dir, fingerprint, state_hash
 
 _DTYPES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16",
            "fp32": "float32", "float32": "float32", "auto": "auto"}

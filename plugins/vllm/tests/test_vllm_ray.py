@@ -17,7 +17,8 @@ TOY = Path(__file__).resolve().parents[3] / "tests" / "toybench.py"
 
 
 def test_a_vllm_engine_in_a_ray_worker_plays_what_it_plays_in_process(tmp_path, monkeypatch):
-    from evolver import Config, ProgramRepo, Run, Store, evaluate_many, plugins
+    from evolver import ProgramRepo, Run, Store, evaluate_many, plugins
+    from evolver.config import Config
     from evolver.config import RoleConfig
     from evolver.harness import make_harness
     from evolver.loop import ensure_seed, play
