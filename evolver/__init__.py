@@ -14,7 +14,7 @@ embedded model's weights).
 """
 from __future__ import annotations
 
-import importlib
+from evolver.lazy import lazy_names
 
 #: Where each public name lives: module, or ``module:attribute`` when the public name differs.
 _API: dict[str, str] = {
@@ -42,6 +42,7 @@ _API: dict[str, str] = {
     **dict.fromkeys(["ROLES", "plugin_options"], "evolver.config"),
     "Store": "evolver.store",
     "ProgramRepo": "evolver.programs",  # ``ProgramRepo.content_hash(folder)``: the evaluation cache's key
+    "lazy_names": "evolver.lazy",  # a package's PEP 562 loader: plugins export names without importing torch
     **dict.fromkeys(["open_workspace", "open_run", "DB_FILE"], "evolver.workspace"),
     "make_plugin": "evolver.plugins:make",
     "store_json": "evolver.store_schema:dumps",
@@ -79,15 +80,7 @@ _CONSTANTS: dict[str, str] = {
 __all__ = list(_API)
 
 
-def __getattr__(name: str) -> object:
-    """Load a public name on first use and keep it (later lookups are plain attribute reads)."""
-    where = _API.get(name)
-    if where is None:
-        raise AttributeError(f"module 'evolver' has no attribute {name!r}")
-    module, _, attr = where.partition(":")
-    value = getattr(importlib.import_module(module), attr or name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, globals(), _API)  # loaded on first use: no torch at import
 
 
 def __dir__() -> list[str]:

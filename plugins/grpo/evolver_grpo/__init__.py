@@ -5,9 +5,7 @@ skills in every prompt; options live under ``[plugins.grpo]`` (see :mod:`evolver
 """
 from __future__ import annotations
 
-import importlib
-
-from evolver import hookimpl
+from evolver import hookimpl, lazy_names
 
 __version__ = "0.1.0"
 
@@ -28,15 +26,7 @@ _API: dict[str, str] = {
 __all__ = list(_API)
 
 
-def __getattr__(name: str) -> object:
-    """Load a public name on first use and keep it (so registering the plugin loads no torch)."""
-    where = _API.get(name)
-    if where is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    module, _, attr = where.partition(":")
-    value = getattr(importlib.import_module(module), attr or name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, globals(), _API)  # loaded on first use: no torch at import
 
 
 def grpo_trainer(run, options: dict | None = None, progress=None):

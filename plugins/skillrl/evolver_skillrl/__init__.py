@@ -14,10 +14,9 @@ Imports are lazy, so loading the plugin costs ``evolver --help`` nothing.
 """
 from __future__ import annotations
 
-import importlib
 import threading
 
-from evolver import hookimpl
+from evolver import hookimpl, lazy_names
 
 __version__ = "0.1.0"
 
@@ -29,15 +28,7 @@ _API: dict[str, str] = {
 __all__ = list(_API)
 
 
-def __getattr__(name: str) -> object:
-    """Load a public name on first use and keep it (so registering the plugin loads no torch)."""
-    where = _API.get(name)
-    if where is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    module, _, attr = where.partition(":")
-    value = getattr(importlib.import_module(module), attr or name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, globals(), _API)  # loaded on first use: no torch at import
 
 
 _RETRIEVERS: dict[tuple, object] = {}

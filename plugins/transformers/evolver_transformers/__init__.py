@@ -13,9 +13,7 @@ package itself is cheap: a name loads its module (and torch) on first use.
 """
 from __future__ import annotations
 
-import importlib
-
-from evolver import hookimpl
+from evolver import hookimpl, lazy_names
 
 __version__ = "0.1.0"
 
@@ -35,15 +33,7 @@ _CONSTANTS: dict[str, str] = {
 __all__ = list(_API)
 
 
-def __getattr__(name: str) -> object:
-    """Load a public name on first use and keep it (so registering the plugin loads no torch)."""
-    where = _API.get(name)
-    if where is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    module, _, attr = where.partition(":")
-    value = getattr(importlib.import_module(module), attr or name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, globals(), _API)  # loaded on first use: no torch at import
 
 
 @hookimpl
