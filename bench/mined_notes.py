@@ -1,11 +1,11 @@
 """How much a mined skill knows, with no model: a player that types the skill's "Next:" move (else a
 random valid action not yet tried in that state) against the random player, on the same dev tasks.
 
-    python bench/mined_notes.py [--benchmark twx] [--demos 20] [--random-rollouts 0] [--dev 10] [--seeds 0]
+    python bench/mined_notes.py [--benchmark twx] [--demos 20] [--random-rollouts 0] [--sweeps 1] [--dev 10] [--seeds 0]
 
 The skill is mined (evolver_experience.mining) from ``--demos`` demonstrations per category of
 training tasks and ``--random-rollouts`` random-play episodes per category of other training tasks
-(rewards only). Prints per-category mean score for the random player and the note follower, over the
+(rewards only; ``--sweeps`` passes over them, each after the first guided by the notes mined so far). Prints per-category mean score for the random player and the note follower, over the
 ``--seeds`` of the random choices (the random player's, and the follower's when no note names a move).
 """
 from __future__ import annotations
@@ -50,6 +50,9 @@ def main() -> int:
     ap.add_argument("--suite", default="twx-easy")
     ap.add_argument("--demos", type=int, default=20)
     ap.add_argument("--random-rollouts", type=int, default=0)
+    ap.add_argument("--sweeps", type=int, default=1,
+                    help="passes over the random-rollout tasks, each after the first guided by the notes so far")
+    ap.add_argument("--epsilon", type=float, default=0.3, help="a guided sweep's share of random moves")
     ap.add_argument("--dev", type=int, default=10)
     ap.add_argument("--seeds", default="0", help="comma-separated seeds of the random choices; scores are averaged")
     args = ap.parse_args()
@@ -69,7 +72,8 @@ def main() -> int:
         by_cat.setdefault(t.category, []).append(t)
     demo_tasks = [t for ts in by_cat.values() for t in ts[:args.demos]]
     eps = mining.demonstrated(bench, demo_tasks)
-    eps += [play(bench, t, rand, t.max_steps or limit) for ts in by_cat.values() for t in ts[args.demos:]]
+    explore = [t for ts in by_cat.values() for t in ts[args.demos:]]
+    eps += mining.explored_sweeps(bench, explore, args.sweeps, epsilon=args.epsilon) if explore else []
     cases = mining.merge(mining.mine(eps, bench))
     folder = Path(tempfile.mkdtemp())
     info = mining.write_mined_skill(folder, "mined-moves", cases, len(eps), sum(e.won for e in eps))

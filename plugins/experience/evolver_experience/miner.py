@@ -42,9 +42,10 @@ _FOLLOW_RE = re.compile(r"^FOLLOW_NOTES = (True|False)\b", re.M)
 class SkillMinerOptions(ImitationOptions):
     skill: str = "mined-moves"
     """Name of the mined skill (one per program; a later round replaces it with a grown copy)."""
-    demos_per_category: int = Field(12, ge=0)
+    demos_per_category: int = Field(36, ge=0)
     """Demonstrations of training tasks per category played for mining each round (their environments
-    only: no model, milliseconds a game); 0 mines the store's episodes alone."""
+    only: no model, milliseconds a game); 0 mines the store's episodes alone. Notes alone scored 0.60 on
+    twx-easy dev from 12 a game and 0.66 from 36; more did not help (``bench/mined_notes.py``)."""
     train: Literal["auto", "imitation", "expert-iteration", "none"] = "none"
     """How the policy learns to follow the new skill's notes: ``imitation`` of demonstrations replayed
     with them (the imitation options ``per_category``, ``focus`` and the SFT keys apply);
@@ -58,6 +59,11 @@ class SkillMinerOptions(ImitationOptions):
     """Where a round has no demonstrations to mine (the benchmark offers none, or the run uses none:
     ``demonstrations = false``), training tasks per category played by picking valid actions at random
     (their environments only: no model, milliseconds a game) and mined for their rewards; 0: none."""
+    explore_sweeps: int = Field(3, ge=1)
+    """Passes over those tasks; each after the first plays the move the notes mined so far name (with
+    probability ``1 - explore_epsilon``, else a random one), so it reaches rewards that random play
+    reaches only by luck."""
+    explore_epsilon: float = Field(0.3, ge=0.0, le=1.0)
     expert: dict[str, Any] = Field(default_factory=dict)
     """Options of the expert iteration (``[plugins.expert-iteration]``'s keys, SFT keys included)."""
     max_rounds: int = 3
@@ -83,14 +89,18 @@ class SkillMinerProposer:
         tasks = planned_tasks(self.run, {c: [rounds * n, n] for c in self.run.benchmark.categories})
         return mining.demonstrated(self.run.benchmark, tasks)
 
-    def exploration(self, rounds: int) -> list:
-        """Random-play episodes of this round's exploring slice (task ``rounds * n`` onwards per category)."""
-        n = self.cfg.explore_per_category
-        if not n:
+    def exploration(self, rounds: int, guide: list) -> list:
+        """Played episodes of this round's exploring slice (task ``rounds * n`` onwards per category):
+        ``explore_sweeps`` passes, the first guided by ``guide`` (the parent's cases) when it has any,
+        else at random, each later one by the cases found so far."""
+        cfg = self.cfg
+        if not cfg.explore_per_category:
             return []
-        self.run.status = f"skill-miner explores {n} training tasks per category"
+        n = cfg.explore_per_category
+        self.run.status = f"skill-miner explores {n} training tasks per category, {cfg.explore_sweeps} sweeps"
         tasks = planned_tasks(self.run, {c: [rounds * n, n] for c in self.run.benchmark.categories})
-        return mining.explored(self.run.benchmark, tasks, seed=rounds)
+        return mining.explored_sweeps(self.run.benchmark, tasks, cfg.explore_sweeps, seed=rounds, guide=guide,
+                                      epsilon=cfg.explore_epsilon)
 
     def propose(self, ctx) -> list:
         run, cfg, parent = self.run, self.cfg, ctx.parent
@@ -109,8 +119,8 @@ class SkillMinerProposer:
         run.status = f"iteration {ctx.iteration}: skill-miner reads the store"
         stored = [e for e in run.store.episodes(run_id=run.id, split="train", with_steps=True) if not e.error]
         demos = self.demonstrations(rounds)
-        explored = [] if demos else self.exploration(rounds)  # rewards alone: what pays where, no model
         had = mining.read_cases(Path(parent.root) / "skills" / cfg.skill)
+        explored = [] if demos else self.exploration(rounds, had)  # rewards alone: what pays where, no model
         new = mining.mine(stored + demos + explored, run.benchmark)
         cases = mining.merge(had, new)
         if not new and not had:
@@ -127,7 +137,8 @@ class SkillMinerProposer:
                                             sum(e.won for e in sources))
             program = Program(id=f"{parent.id}+{cfg.skill}", commit="", root=str(root),
                               hash=ProgramRepo.content_hash(root), manifest=dict(parent.manifest))
-            also = f" and {len(explored)} explored episodes (random valid actions)" if explored else ""
+            also = (f" and {len(explored)} explored episodes ({cfg.explore_sweeps} sweeps, random moves then "
+                    "the notes')") if explored else ""
             hypothesis = (f"mine {cfg.skill} from {len(stored)} stored training episodes and {len(demos)} "
                           f"demonstrations{also} (round {rounds + 1}): {info['cases']} cases ({len(new)} mined "
                           f"now, {len(had)} from the parent)")

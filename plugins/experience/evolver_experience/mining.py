@@ -185,40 +185,70 @@ def demonstrated(benchmark, tasks: list[Task]) -> list[Episode]:
         actions = offer(task) if offer is not None else (list(task.gold) if Demos.has_gold(task) else None)
         if task.split == "train" and actions:
             moves = iter(actions)
-            out.append(_played(benchmark, task, "gold", lambda obs, tried: next(moves, None), len(actions)))
+            out.append(_played(benchmark, task, "gold", lambda obs, tried, _: next(moves, None), len(actions)))
     return out
 
 
-def explored(benchmark, tasks: list[Task], seed: int = 0) -> list[Episode]:
-    """Training ``tasks`` played by picking a valid action at random (one not yet taken in the same
-    observation while there is one), up to each task's step limit: rewards alone, no model, no
-    demonstration. Where the environment lists no valid actions there is nothing to pick: no episode."""
+def explored(benchmark, tasks: list[Task], seed: int = 0, guide: list[Case] | None = None,
+             epsilon: float = 0.3) -> list[Episode]:
+    """Training ``tasks`` played with rewards alone, no model, no demonstration, up to each task's step
+    limit: each move a valid action at random (one not yet taken in the same observation while there
+    is one) or, with ``guide`` (cases mined so far) and probability ``1 - epsilon``, the move their note
+    names, so that later sweeps reach the rewards that only follow earlier ones. Where the environment
+    lists no valid actions there is nothing to pick: no episode."""
     import random
 
-    rng = random.Random(seed)
+    from evolver_experience.notes import observe
 
-    def pick(obs, tried):
+    rng = random.Random(seed)
+    data = observe.loaded(encode(guide)) if guide else None
+
+    def pick(obs, tried, transcript):
         fresh = [a for a in obs.actions or [] if (obs.text, a) not in tried] or list(obs.actions or [])
-        return rng.choice(fresh) if fresh else None
+        if not fresh:
+            return None
+        if data is not None and rng.random() >= epsilon:
+            for line in observe.note(transcript, fresh, data).splitlines():
+                if line.startswith("Next: ") and line[6:].rstrip(".") in fresh:
+                    return line[6:].rstrip(".")
+        return rng.choice(fresh)
     limit = getattr(benchmark, "max_steps", None) or 20
-    eps = [_played(benchmark, t, "random", pick, t.max_steps or limit) for t in tasks if t.split == "train"]
+    eps = [_played(benchmark, t, "random" if data is None else "guided", pick, t.max_steps or limit)
+           for t in tasks if t.split == "train"]
     return [e for e in eps if e.steps]
 
 
+def explored_sweeps(benchmark, tasks: list[Task], sweeps: int, seed: int = 0, guide: list[Case] | None = None,
+                    epsilon: float = 0.3) -> list[Episode]:
+    """``sweeps`` passes of :func:`explored` over ``tasks``, each guided by the cases of ``guide`` and of
+    the sweeps before it (the first, without ``guide``, at random): what random play finds once, the
+    next sweep repeats and goes past."""
+    out: list[Episode] = []
+    cases = list(guide or [])
+    for k in range(max(1, sweeps)):
+        got = explored(benchmark, tasks, seed=seed * 1000 + k, guide=cases or None, epsilon=epsilon)
+        out += got
+        cases = merge(cases, mine(got, benchmark)) if k + 1 < sweeps else cases
+    return out
+
+
 def _played(benchmark, task: Task, model: str, choose, limit: int) -> Episode:
-    """One episode of ``task`` whose actions ``choose(obs, tried)`` names (None ends it), at most ``limit``."""
+    """One episode of ``task`` whose actions ``choose(obs, tried, transcript)`` names (None ends it), at
+    most ``limit``; the transcript is what an observer reads: the task, then each action and its answer."""
     from evolver import Step
 
     ep = Episode(task=task, program_id="", program_hash="", model=model, seed=0, purpose="mine")
     tried: set = set()
     with closing(benchmark.env(task)) as env:
         obs = env.reset()
+        transcript = f"{task.prompt}\n\n{obs.text or ''}"
         while not obs.done and len(ep.steps) < limit:
-            action = choose(obs, tried)
+            action = choose(obs, tried, transcript)
             if action is None:
                 break
             tried.add((obs.text, action))
             obs = env.step(action)
+            transcript += f"\n> {action}\n{obs.text or ''}"
             ep.steps.append(Step(index=len(ep.steps), prompt="", output=action, action=action,
                                  observation=obs.text, reward=obs.score))
         ep.score, ep.won = obs.score, bool((obs.info or {}).get("won", obs.score >= 1.0))

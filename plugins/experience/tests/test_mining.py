@@ -93,6 +93,20 @@ def test_random_play_of_training_tasks_teaches_the_right_moves_from_rewards_alon
     assert right >= total - 1, f"{right} of {total} first moves named right"
 
 
+def test_a_sweep_guided_by_the_notes_found_so_far_wins_games_random_play_rarely_wins():
+    """Rewards alone: the second sweep over the same training tasks follows what the first one mined."""
+    bench = DoorBench(demos=False)
+    tasks = bench.tasks("train", 40)
+    eps = mining.explored_sweeps(bench, tasks, 2, seed=0, epsilon=0.3)
+    first, second = eps[:40], eps[40:]
+    assert {e.model for e in first} == {"random"} and {e.model for e in second} == {"guided"}
+    assert sum(e.won for e in second) >= sum(e.won for e in first) + 10, \
+        (sum(e.won for e in first), sum(e.won for e in second))
+    # guided by a parent's cases, the first sweep already follows them
+    again = mining.explored_sweeps(bench, tasks, 1, seed=1, guide=mining.mine(second, bench))
+    assert {e.model for e in again} == {"guided"} and sum(e.won for e in again) >= 10
+
+
 def test_a_move_that_lowered_the_score_is_named_to_avoid(tmp_path):
     bench = DoorBench(demos=False)
     task = bench.tasks("train", 1)[0]

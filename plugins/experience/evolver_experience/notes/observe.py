@@ -88,7 +88,11 @@ def parse(transcript: str) -> tuple:
 
 def load(path: Path = DATA) -> dict:
     with gzip.open(path, "rt") as fh:
-        data = json.load(fh)
+        return loaded(json.load(fh))
+
+
+def loaded(data: dict) -> dict:
+    """The cases file's data with each text's bag of words and its norm, ready for :func:`note`."""
     texts = [bag(t) for t in data["texts"]]
     data["bags"] = texts
     data["norms"] = [norm(b) for b in texts]
