@@ -31,7 +31,7 @@ def walk_rule(request):
 
 
 def timed(config, jobs_of, max_live: int, warm: bool = False) -> dict:
-    from evolver.loop import play
+    from evolver.playing import play
     from evolver.workspace import open_run
 
     with open_run(config) as run:
@@ -76,7 +76,7 @@ def scaling(args) -> None:
                       cluster=cluster)
 
     def jobs_of(run):
-        from evolver.loop import ensure_seed
+        from evolver.seeding import ensure_seed
 
         ctx = run.context(ensure_seed(run))
         tasks = run.benchmark.tasks("dev")
@@ -106,7 +106,7 @@ def overhead(args) -> None:
     from evolver.config import load_config
 
     def jobs_of(run):
-        from evolver.loop import ensure_seed
+        from evolver.seeding import ensure_seed
 
         ctx = run.context(ensure_seed(run))
         return [(ctx, run.benchmark.tasks("dev", per_category=args.per_category), 0)]

@@ -52,7 +52,8 @@ _API: dict[str, str] = {
     # -- text embeddings for retrieval and dedup (a dense model loads only when asked for)
     **dict.fromkeys(["load_embedder", "cosine"], "evolver.embeddings"),
     # -- playing episodes: evaluation, demonstrations, ablations
-    **dict.fromkeys(["run_episodes", "evaluate_many", "summarize", "Job", "REPLAY_DIVERGED"], "evolver.evaluate"),
+    **dict.fromkeys(["run_episodes", "evaluate_many", "summarize", "Job"], "evolver.evaluate"),
+    "REPLAY_DIVERGED": "evolver.lockstep",
     "share_weights": "evolver.remote",  # new weights to a cluster's workers
     "Demos": "evolver.demonstrations",
     "variant": "evolver.conditions",

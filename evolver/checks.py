@@ -8,10 +8,10 @@ rejected proposal, so a broken candidate never crashes a run.
 from __future__ import annotations
 
 import ast
-import gc
 import re
 from pathlib import Path
 
+from evolver.sandbox import parse_python, run_python
 from evolver.skill_quality import content_problems
 from evolver.skills import SKILL_FILE, SkillCaps, check_skills, load_skills
 
@@ -43,8 +43,6 @@ def check_skill_files(root: Path, caps: SkillCaps | None = None, task_texts: lis
 
 def check_harness_import(root: Path, timeout_s: float = 30) -> str:
     """Import harness/harness.py in a sandboxed subprocess (it may hang or crash: not in-process)."""
-    from evolver.sandbox import run_python
-
     code = ("import sys; from evolver.harness import load_harness_class; "
             f"cls = load_harness_class({str(root)!r}); "
             "missing = [m for m in ('start', 'next_call', 'parse', 'observe') if not hasattr(cls, m)]; "
@@ -129,19 +127,6 @@ def _answer_in_context(text: str, answer: str, prompt: str, span: int = 80) -> s
         if len(words & set(re.findall(r"[a-z]{5,}", window))) >= 2:
             return " ".join(window.split())[:120]
     return ""
-
-
-def parse_python(source: str) -> ast.Module:
-    """``ast.parse`` with the garbage collector paused. CPython 3.11 keeps one depth counter while it builds
-    the tree's objects; a collection in the middle can run a finaliser that parses too (formatting a
-    logged traceback does), and the outer parse then fails with "AST constructor recursion depth mismatch"."""
-    paused = gc.isenabled()
-    gc.disable()
-    try:
-        return ast.parse(source)
-    finally:
-        if paused:
-            gc.enable()
 
 
 def _task_specific_code(source: str) -> list[str]:

@@ -73,7 +73,7 @@ def cli(ctx, config_path, overrides, store, plugin_paths):
 @click.pass_obj
 def init(obj: Ctx, force):
     """Write evolver.toml and create the workspace with its seed program."""
-    from evolver.loop import ensure_seed
+    from evolver.seeding import ensure_seed
 
     path = Path(obj.config_path)
     if path.exists() and not force:
@@ -316,7 +316,8 @@ def run(obj: Ctx, resume, proposer_names, iterations, cluster_engine, overrides)
                 r.console, r.ui = ui.console, ui
                 summary = run_loop(r)
         except BudgetExceeded as exc:  # a cap the user set: the run ends here, resumable with a larger one
-            r.store.update_run(r.id, status="stopped", summary={"stopped": str(exc), "tokens": dict(r.tokens)})
+            r.store.update_run(r.id, status="stopped", summary={"stopped": str(exc), "tokens": dict(r.tokens),
+                                                                    "spend": r.models.ledger.spend()})
             click.secho(f"run {r.id} stopped at its budget: {exc}", fg="yellow", err=True)
             click.echo(partial_report(r.store, r.store.get_run(r.id)))
             return
@@ -477,6 +478,7 @@ gate = "bootstrap"         # paired test on the dev tasks before admission: boot
 gate_level = 0.95
 best_of_n = false          # true: the seed sampled N times (N = candidates) on dev, its best on test, as a
                            # baseline; it plays more seed episodes than the whole search
+test_frontier = false      # true: every frontier member on test, not only the seed and the best
 selector = "round-robin"
 patience = 3
 max_wall_s = 540           # the search; the final test evaluation and best-of-N come after it

@@ -86,9 +86,11 @@ class LoopConfig(Strict):
     test_frontier: bool = False
     """Play every frontier member on test, not only the seed and the best (each is 36 more episodes on
     the default run). The best is picked on dev either way."""
-    best_of_n: bool = True
+    best_of_n: bool = False
     """Report a no-evolution baseline: the seed program sampled with N seeds on dev (N = the candidates the
-    run evaluated on dev), the best seed on dev then played on test, beside the seed and the evolved best."""
+    run evaluated on dev), the best seed on dev then played on test, beside the seed and the evolved best.
+    Off by default: it plays N x dev + test episodes of the seed, more than the whole search on the
+    default run."""
     baseline_temperature: float = Field(0.7, gt=0.0)
     """Sampling temperature of the best-of-N baseline (its written actions are sampled, then matched to the
     nearest valid one). 0.7, the usual setting for sampling a small chat model and the one the
@@ -143,6 +145,15 @@ class Cap(Strict):
     """Prompt and completion tokens, at most (None: no cap)."""
     calls: int | None = Field(None, ge=0)
     """Model requests, at most (each request of a batch is one)."""
+    cost: float | None = Field(None, ge=0)
+    """Spend at the prices of ``budget.prices`` (their currency), at most (None: no cap)."""
+
+
+class Price(Strict):
+    input: float = Field(0.0, ge=0)
+    """The price of a million prompt tokens."""
+    output: float = Field(0.0, ge=0)
+    """The price of a million completion tokens."""
 
 
 class BudgetConfig(Cap):
@@ -152,6 +163,22 @@ class BudgetConfig(Cap):
 
     roles: dict[str, Cap] = Field(default_factory=dict)
     """Per role (executor, proposer, builder, judge): its own caps, beside the total ones."""
+    prices: dict[str, Price] = Field(default_factory=dict)
+    """Per model, as a role names it (``roles.<role>.model``; the backend's name where the role names no
+    model): ``{ input = ..., output = ... }``, per million tokens. ``"*"`` prices every other model. A
+    model without a price costs nothing (a local one)."""
+
+    def price(self, model: str | None) -> Price:
+        """The price of ``model`` (:attr:`prices`, else ``"*"``, else free)."""
+        return self.prices.get(model or "", self.prices.get("*", Price()))
+
+    @model_validator(mode="after")
+    def _cost_needs_prices(self):
+        capped = self.cost is not None or any(c.cost is not None for c in self.roles.values())
+        if capped and not self.prices:
+            raise ValueError("a cost cap needs prices: set budget.prices, e.g. [budget.prices.\"gpt-4o-mini\"] "
+                             "input = 0.15, output = 0.6 (per million tokens); '*' prices every other model")
+        return self
 
 
 class Config(Strict):
@@ -315,3 +342,34 @@ def _merge(a: dict, b: dict) -> dict:
 def dump_config(config: Config) -> dict:
     # Options may hold objects (a scripted rule in tests): store their repr rather than fail.
     return config.model_dump(mode="json", fallback=repr)
+
+
+def check_config(config) -> None:
+    """Every name a run's config gives (benchmark, each role's backend, selector, proposers, plugin
+    option tables) resolves to an installed plugin, checked before any work, so a typo never surfaces after
+    episodes played. (Here, not in :mod:`evolver.plugins`: ``auto`` resolves through a backend plugin.)"""
+    from evolver import plugins
+    from evolver.backends import auto
+    from evolver.errors import UnknownNameError
+
+    backends = [config.role(r).backend for r in ROLES]
+    backends = [auto.local_engine() if b == "auto" else b for b in backends]
+    wanted = [("benchmark", config.benchmark), *(("backend", b) for b in backends),
+              *([("cluster", config.cluster.engine)] if config.cluster.engine != "local" else []),
+              ("selector", config.loop.selector), *(("proposer", name) for name in config.proposers)]
+    unknown = []
+    for kind, name in dict.fromkeys(wanted):
+        try:
+            plugins.get(kind, name)
+        except UnknownNameError as exc:
+            unknown.append(exc)
+    if len(unknown) > 1:  # say them all at once: a config without its plugins misses several
+        first, rest = unknown[0], unknown[1:]
+        also = ", ".join(f"{e.kind} {e.name!r}" + (f" (evolver-{plugins.FIRST_PARTY[e.kind, e.name]})"
+                                                   if (e.kind, e.name) in plugins.FIRST_PARTY else "") for e in rest)
+        raise UnknownNameError(first.kind, first.name, first.known,
+                               f"{first.hint + '. ' if first.hint else ''}Also unknown: {also}")
+    if unknown:
+        raise unknown[0]
+    plugins.check_benchmark(config.benchmark, config.benchmark_options)
+    plugins.check_options(config.plugins)

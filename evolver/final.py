@@ -11,7 +11,8 @@ from __future__ import annotations
 from evolver import plugins
 from evolver.evaluate import Job, summarize
 from evolver.gate import compare
-from evolver.loop import SEED_ID, _progress, evaluate_programs, per_task, play
+from evolver.playing import baseline_jobs, evaluate_programs, per_task, play, progress_status, tries
+from evolver.seeding import SEED_ID
 from evolver.run import Run
 from evolver.types import Program
 
@@ -35,6 +36,7 @@ def finish(run: Run, seed: Program, data: dict) -> dict:
     summary = {"test": {ev.program_id: ev.metrics() | {"per_category": ev.per_category} for ev in evals},
                "baseline": SEED_ID, "best": best,
                "frontier": run.frontier.to_dict(), "tokens": dict(run.tokens),
+               "spend": run.models.ledger.spend(),
                "wall_s": run.elapsed(), "iterations": run.iteration + 1,
                "hand_written": hand_written_programs(run.repo, ids)}
     scores = {ev.program_id: v["score"] for ev, v in zip(evals, values)}
@@ -59,18 +61,6 @@ def tested(members: list[str], best: str, whole_frontier: bool) -> list[str]:
     return [SEED_ID] + [m for m in (members if whole_frontier else [best]) if m != SEED_ID]
 
 
-def tries(run: Run) -> int:
-    """Candidates that played dev so far, the ones stopped after the probe included: each was a try."""
-    return sum(r["status"] in ("admitted", "discarded") for r in run.store.proposals(run.id))
-
-
-def baseline_jobs(run: Run, dev: list, n: int) -> list[Job]:
-    """The seed program sampled at ``loop.baseline_temperature`` with job seeds episode_seed + k, k < n."""
-    cfg = run.config.loop
-    ctx = run.context(run.repo.checkout(SEED_ID))
-    return [Job(ctx, dev, cfg.episode_seed + k, purpose="baseline", temperature=cfg.baseline_temperature)
-            for k in range(n)]
-
 
 def best_of_n(run: Run, dev: list) -> dict:
     """The seed program sampled with N job seeds (:func:`baseline_jobs`) on dev, all N in one lockstep;
@@ -86,7 +76,7 @@ def best_of_n(run: Run, dev: list) -> dict:
                 "dev_scores": [], "seed": seeds[0], "dev": None}
     run.status = f"best-of-{n} baseline on dev"
     lists = play(run, baseline_jobs(run, dev, n), seed=seeds[0], purpose="baseline", store=run.store,
-                 progress=_progress(run, f"best-of-{n} on dev"))
+                 progress=progress_status(run, f"best-of-{n} on dev"))
     dev_scores = [summarize(SEED_ID, "dev", eps).score for eps in lists]
     k = max(range(n), key=lambda i: (dev_scores[i], -i))
     run.log(f"best-of-{n} baseline: seed {seeds[k]} scores {dev_scores[k]:.3f} on dev "

@@ -38,7 +38,7 @@ Stopping: the episode ends when ``next_call`` returns ``None``, when the environ
 at the benchmark's step limit (tool calls do not count as steps).
 
 Rules the evaluator enforces: the ``task`` a harness gets has no gold answer (``task.gold`` is None); each
-call may take at most ``evolver.evaluate.HARNESS_CALL_S`` seconds; an exception fails that one episode
+call may take at most ``evolver.lockstep.HARNESS_CALL_S`` seconds; an exception fails that one episode
 (score 0, traceback in the trace), never the run. A candidate's first (smoke) episode runs its harness in
 a sandboxed subprocess (``evolver.harness_sandbox``), so what is passed between the evaluator and the
 harness must be the plain dataclasses above (``Task``, ``Observation``, requests, results, ``Action``).

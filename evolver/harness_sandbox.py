@@ -15,11 +15,12 @@ through the same ``select_skills`` hook as in-process episodes.
 
 Failures, each one episode's error, never the run's:
 - an exception in a harness method comes back with the child's traceback (:class:`RemoteHarnessError`);
-- a call that runs longer than ``evolver.evaluate.HARNESS_CALL_S`` kills the child (``HarnessTimeout``);
+- a call that runs longer than ``evolver.lockstep.HARNESS_CALL_S`` kills the child (``HarnessTimeout``);
 - a child that dies (memory limit, ``os._exit``) raises with the tail of its stderr.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -131,11 +132,11 @@ class SandboxedHarness:
 
     # The conversation.
     def _call(self, op: str, **args) -> Any:
-        from evolver import evaluate
+        from evolver import lockstep  # the evaluator's side only: the sandbox's view holds no lockstep
 
         if self._dead:
             raise RemoteHarnessError(f"the sandboxed harness is no longer running: {self._dead}")
-        seconds = evaluate.HARNESS_CALL_S
+        seconds = lockstep.HARNESS_CALL_S
         try:
             self._send({"op": op, **args})
             return self._answer(time.monotonic() + seconds, f"harness.{op}", seconds)
@@ -143,8 +144,8 @@ class SandboxedHarness:
             if not self._dead:
                 self._dead = repr(exc)
                 self.session.close()
-            if isinstance(exc, evaluate.HarnessTimeout) and "sandboxed" not in str(exc):
-                raise evaluate.HarnessTimeout(f"{exc} (harness.{op}, sandboxed)") from None
+            if isinstance(exc, lockstep.HarnessTimeout) and "sandboxed" not in str(exc):
+                raise lockstep.HarnessTimeout(f"{exc} (harness.{op}, sandboxed)") from None
             raise
 
     def _answer(self, deadline: float, what: str, seconds: float = START_S) -> Any:
@@ -176,7 +177,7 @@ class SandboxedHarness:
             raise self._died(f"could not write to it ({exc!r})") from None
 
     def _receive(self, deadline: float, what: str, seconds: float) -> dict:
-        from evolver.evaluate import HarnessTimeout
+        from evolver.lockstep import HarnessTimeout  # the evaluator's side only
 
         fd = self.session.proc.stdout.fileno()
         while b"\n" not in self._buffer:
@@ -284,3 +285,20 @@ class Harnesses:
     context = staticmethod(program_context)
     make = staticmethod(make_harness)
     task = staticmethod(task_for_harness)
+
+
+@contextlib.contextmanager
+def sandboxed_harnesses(run, benchmark=None):
+    """A harness factory that starts one sandboxed harness process per job, all closed on exit; each may
+    import what the benchmark (default ``run.benchmark``) declares in ``harness_packages``."""
+    opened: list = []
+    declared = getattr(benchmark or getattr(run, "benchmark", None), "harness_packages", None) or {}
+
+    def factory(ctx: ProgramContext):
+        opened.append(SandboxedHarness(ctx, memory_mb=run.config.loop.harness_memory_mb, packages=list(declared)))
+        return opened[-1]
+    try:
+        yield factory
+    finally:
+        for harness in opened:
+            harness.close()

@@ -223,7 +223,7 @@ def _reward(v: Judgement) -> None:
 class Judging:
     """Judge-scored episodes held as they finish, and judged per task once all have played. One
     :func:`evolver.evaluate.evaluate_many` call makes and finishes its own; a caller whose evaluation spans
-    several calls (:func:`evolver.loop.play`: one per checkpoint) shares one and finishes it, so a task's
+    several calls (:func:`evolver.playing.play`: one per checkpoint) shares one and finishes it, so a task's
     episodes are ranked together whichever weights played them."""
 
     def __init__(self, rubrics: dict[tuple[str, str], str], judge: Callable, store=None, run_id: str = ""):

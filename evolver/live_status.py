@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-SEED_ID = "seed"  # evolver.loop.SEED_ID (not imported: the loop pulls in the whole core)
+SEED_ID = "seed"  # evolver.seeding.SEED_ID (not imported: it pulls in the plugin manager and git)
 # Candidates kept on screen, latest last: the display must stay small enough to remain visible.
 SHOWN_ROWS = 8
 

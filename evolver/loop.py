@@ -17,164 +17,30 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import shutil
-import tempfile
 import time
 import traceback
 from pathlib import Path
 
 from evolver import monitor, plugins
-from evolver.backends.sampling import SampledBackend
 from evolver.budget import BudgetExceeded
 from evolver.checks import audit_harness_code, audit_leakage, check_harness_import, check_skill_files
+from evolver.config import check_config
 from evolver.errors import RepoDamagedError, StoreIOError
-from evolver.evaluate import Job, evaluate_many, run_episodes, sample_stratified, summarize
+from evolver.evaluate import run_episodes, sample_stratified, summarize
+from evolver.final import finish
 from evolver.frontier import Frontier, Objective
 from evolver.gate import compare
-from evolver.harness import SEED_DIR
-from evolver.judge import Judging
+from evolver.playing import (baseline_jobs, episodes_per_task, evaluate_programs, executor, per_task, play,
+                             progress_status, splits, tries)
 from evolver.proposers import Draft, ProposeContext
 from evolver.run import Run
+from evolver.seeding import SEED_ID, ensure_seed
 from evolver.types import Candidate, Program, Proposal
-
-SEED_ID = "seed"
-
-
-def seed_files(harness: str = "default", skills: list[str] = (), system_prompt: str | None = None,
-               packs: dict | None = None) -> Path:
-    """A temp folder with the seed program: prompt.md (``system_prompt``, a benchmark's own, else the
-    generic one), skills/ (``skills``: folders copied in, see :func:`evolver.skills.seed_skill_folders`;
-    ``packs``: the benchmark's ``skill_packs``, whose names expand to their skills), harness/harness.py."""
-    from evolver.skills import seed_skill_folders
-
-    entry = plugins.get("harness", harness)
-    folders = seed_skill_folders(list(skills), packs)  # an unknown name fails here, before anything is made
-    tmp = Path(tempfile.mkdtemp(prefix="evolver-seed-"))
-    if system_prompt:
-        (tmp / "prompt.md").write_text(system_prompt.strip() + "\n")
-    else:
-        shutil.copy(SEED_DIR / "prompt.md", tmp / "prompt.md")
-    (tmp / "skills").mkdir()
-    (tmp / "skills" / ".keep").write_text("")
-    for folder in folders:
-        shutil.copytree(folder, tmp / "skills" / folder.name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    (tmp / "harness").mkdir()
-    shutil.copy(entry.factory, tmp / "harness" / "harness.py")
-    return tmp
-
-
-def ensure_seed(run: Run) -> Program:
-    """The workspace's seed program (id ``seed``): the configured harness, prompt and seed skills (the
-    config's ``seed_skills``, else the benchmark's; names of the benchmark's ``skill_packs`` expand to their
-    skills), committed on the first call and recorded under ``run``; later calls check it out."""
-    skills = run.config.seed_skills
-    files = seed_files(run.config.harness, getattr(run.benchmark, "seed_skills", []) if skills is None else skills,
-                       (getattr(run.benchmark, "harness_hints", None) or {}).get("system_prompt"),
-                       getattr(run.benchmark, "skill_packs", None))
-    try:
-        program = run.repo.init(files, {"id": SEED_ID, "operator": "seed", "parent": "",
-                                        "model": run.config.role("executor").model or "embedded"})
-    finally:
-        shutil.rmtree(files, ignore_errors=True)
-    if run.store.get_program(SEED_ID, run_id=run.id) is None:
-        run.store.add_program(SEED_ID, run.id, program.commit, program.hash, "", "seed", "", program.manifest)
-    return run.repo.checkout(SEED_ID)
-
-
-def splits(run: Run) -> dict[str, list]:
-    lc, bench = run.config.loop, run.benchmark
-    return {"train": bench.tasks("train", per_category=max(lc.train_per_category * 4, 8)),
-            "dev": bench.tasks("dev", per_category=lc.dev_per_category),
-            "test": bench.tasks("test", per_category=lc.test_per_category)}
-
-
-def executor(run: Run, program: Program, temperature: float | None = None):
-    """The executor as ``program`` plays in the loop (:meth:`Run.executor_for`), sampled at ``temperature``
-    (None: the executor role's; 0 plays greedy, as the harness asks)."""
-    t = run.config.role("executor").temperature if temperature is None else temperature
-    backend = run.executor_for(program)
-    return SampledBackend(backend, t) if t > 0 else backend
-
-
-def play(run: Run, jobs: list, temperature: float | None = None, **kw) -> list[list]:
-    """:func:`evaluate_many` with each program's own executor (:func:`executor`, at the job's
-    ``temperature`` or else this one): programs that play with the same weights share one lockstep,
-    greedy and sampled alike; a trained program plays with its checkpoint. Harnesses run sandboxed
-    (``loop.sandbox_harness``, see :func:`evaluate_many`)."""
-    jobs = [Job.of(job) for job in jobs]
-    groups: dict[str | None, list[int]] = {}
-    for j, job in enumerate(jobs):
-        groups.setdefault(run.checkpoint_of(job.ctx.program), []).append(j)
-    out: list[list] = [[] for _ in jobs]
-    progress, done = kw.pop("progress", None), 0
-    # One judging across the checkpoints' calls: a judge-scored task's episodes are ranked together.
-    judging = Judging.of(run.benchmark, [t for job in jobs for t in job.tasks], run, store=kw.get("store"))
-    total = sum(len(job.tasks) for job in jobs)
-    for members in groups.values():
-        size = sum(len(jobs[j].tasks) for j in members)
-        shown = (lambda n, _t, base=done: progress(base + n, total)) if progress else None
-        made: dict[float | None, object] = {}  # one backend per temperature: its episodes batch as one
-        for j in members:
-            t = temperature if jobs[j].temperature is None else jobs[j].temperature
-            if jobs[j].backend is None:
-                if t not in made:
-                    made[t] = executor(run, jobs[j].ctx.program, t)
-                jobs[j] = dataclasses.replace(jobs[j], backend=made[t])
-        lists = evaluate_many([jobs[j] for j in members], run.benchmark, None, run=run, progress=shown,
-                              judging=judging, **kw)
-        for j, eps in zip(members, lists):
-            out[j] = eps
-        done += size
-    if judging:
-        judging.finish()
-    return out
-
-
-def episodes_per_task(run: Run) -> int:
-    """Episodes per task of a dev or test evaluation (``loop.dev_episodes_per_task``)."""
-    n = run.config.loop.dev_episodes_per_task
-    return n if n is not None else (3 if run.config.role("executor").temperature > 0 else 1)
-
-
-def per_task(episodes) -> dict[str, dict[str, list[float]]]:
-    """The values a paired test compares, per task: ``{"score": {task_id: [...]}, "success": {...}}``."""
-    out: dict[str, dict[str, list[float]]] = {"score": {}, "success": {}}
-    for e in episodes:
-        out["score"].setdefault(e.task.id, []).append(e.score)
-        out["success"].setdefault(e.task.id, []).append(float(e.won))
-    return out
-
-
-def evaluate_programs(run: Run, programs: list[Program], tasks, split: str, iteration: int,
-                      purpose: str = "eval", extra: list[Job] = ()) -> tuple[list, list[dict], list[list]]:
-    """Every program on ``tasks``, :func:`episodes_per_task` episodes per task (seeds episode_seed + k),
-    all in one lockstep with the ``extra`` jobs. Returns the evaluations (stored), each program's
-    :func:`per_task` values, and the episode lists of the ``extra`` jobs."""
-    seeds = [run.config.loop.episode_seed + k for k in range(episodes_per_task(run))]
-    ctxs = [run.context(p) for p in programs]
-    jobs = [Job(ctx, tasks, s) for ctx in ctxs for s in seeds]
-    lists = play(run, jobs + list(extra), seed=seeds[0], purpose=purpose, store=run.store,
-                 progress=_progress(run, split))
-    evals, values = [], []
-    for i, p in enumerate(programs):
-        eps = [e for lst in lists[i * len(seeds):(i + 1) * len(seeds)] for e in lst]
-        ev = summarize(p.id, split, eps)
-        run.store.add_evaluation(run.id, iteration, ev)
-        evals.append(ev)
-        values.append(per_task(eps))
-    return evals, values, lists[len(jobs):]
-
-
-def _progress(run: Run, label: str):
-    def show(done: int, total: int) -> None:
-        run.status = f"{label} {done}/{total}"
-    return show
-
 
 def run_loop(run: Run) -> dict:
     """Run (or resume) the search, then the final test evaluation. Returns the summary."""
     cfg = run.config.loop
-    plugins.check_config(run.config)
+    check_config(run.config)
     run.record()
     seed = ensure_seed(run)
     run.repo.gc_worktrees()  # worktrees of candidates a killed run left behind
@@ -210,8 +76,6 @@ def run_loop(run: Run) -> dict:
         admitted = iterate(run, it, proposers, data)
         durations.append(time.time() - began)
         idle = 0 if admitted else idle + 1
-    from evolver.final import finish  # it imports this module
-
     return finish(run, seed, data)
 
 
@@ -273,7 +137,7 @@ def iterate(run: Run, it: int, proposers: dict, data: dict) -> list[str]:
     batch = sample_stratified(data["train"], cfg.train_per_category, seed=cfg.episode_seed * 1000 + it)
     episodes = run_episodes(run.context(parent), run.benchmark, executor(run, parent), batch,
                             seed=cfg.episode_seed, purpose="train", store=run.store, run=run,
-                            progress=_progress(run, f"iteration {it} rollouts"))
+                            progress=progress_status(run, f"iteration {it} rollouts"))
     failed_ids = {e.id for e in episodes if e.score < cfg.failure_threshold}
     summary = {"parent": parent.id, "train_score": sum(e.score for e in episodes) / max(1, len(episodes)),
                "failures": len(failed_ids), "admitted": [], "candidates": []}
@@ -483,7 +347,7 @@ def _probe(run: Run, it: int, candidates: list[Candidate], data: dict) -> list[C
         parents = {c.proposal.parent_id for c in candidates}
         programs = [c.program for c in candidates] + [run.repo.checkout(p) for p in sorted(parents)]  # type: ignore
         results = play(run, [(run.context(p), stage) for p in programs], seed=cfg.episode_seed, purpose="eval",
-                       store=run.store, progress=_progress(run, "probe" if share == 0 else "stage"))
+                       store=run.store, progress=progress_status(run, "probe" if share == 0 else "stage"))
         played = {p.id: eps for p, eps in zip(programs, results)}
         kept = []
         for cand in candidates:
@@ -535,8 +399,6 @@ def _evaluate_and_select(run: Run, it: int, candidates: list[Candidate], data: d
             return []
     run.status = f"iteration {it}: evaluating {len(candidates)} candidates on dev"
     programs = [c.program for c in candidates]  # type: ignore[attr-defined]
-    from evolver.final import baseline_jobs, tries  # it imports this module
-
     # Best-of-N's dev episodes for the tries so far, these included, play in this lockstep (the seed's
     # weights batch with every untrained candidate's); the end of the run finds them in the cache.
     n = tries(run) + len(candidates)

@@ -9,7 +9,7 @@ from typing import Any
 
 from evolver import plugins
 from evolver.backends.base import Backend, Lowered
-from evolver.budget import Ledger, most_tokens
+from evolver.budget import Ledger, cost_of, most_parts
 from evolver.config import Config
 from evolver.types import GenRequest, GenResult, Program
 
@@ -24,12 +24,13 @@ def checkpoint_path(workspace: Path, model: str | None) -> str | None:
 
 
 class CountingBackend(Backend):
-    """Wraps a backend to count the tokens a role spends (for the report), and, with a ``ledger``
-    (:class:`evolver.budget.Ledger`) that has caps, to refuse a batch that could cross one."""
+    """Wraps a backend to count the tokens a role spends (for the report) and, with a ``ledger``
+    (:class:`evolver.budget.Ledger`), its spend at ``price``; a ledger that has caps refuses a batch that
+    could cross one."""
 
-    def __init__(self, inner: Backend, counter: dict, role: str, ledger: Ledger | None = None):
-        self.inner, self.counter, self.role = inner, counter, role
-        self.ledger = ledger if ledger is not None and ledger.limited() else None
+    def __init__(self, inner: Backend, counter: dict, role: str, ledger: Ledger | None = None, price=None):
+        self.inner, self.counter, self.role, self.ledger, self.price = inner, counter, role, ledger, price
+        self.capped = ledger is not None and ledger.limited()
         self.name, self.scores_options = inner.name, inner.scores_options
 
     @property
@@ -51,18 +52,21 @@ class CountingBackend(Backend):
         held = self._reserve(requests)
         return Lowered(low.engine, low.gens, lambda results: self._count(low.finish(results), held))
 
-    def _reserve(self, requests: list) -> tuple[int, int]:
-        if self.ledger is None or not requests:
-            return (0, 0)
-        held = (sum(most_tokens(self.inner, r) for r in requests), len(requests))
+    def _reserve(self, requests: list) -> tuple[int, int, float]:
+        if not self.capped or not requests:
+            return (0, 0, 0.0)
+        parts = [most_parts(self.inner, r) for r in requests]
+        prompt, reply = sum(p for p, _ in parts), sum(r for _, r in parts)
+        held = (prompt + reply, len(requests), cost_of(self.price, prompt, reply))
         self.ledger.reserve(self.role, *held)
         return held
 
-    def _count(self, results: list, held: tuple[int, int] = (0, 0)) -> list:
-        spent = sum(r.prompt_tokens + r.completion_tokens for r in results)
-        self.counter[self.role] = self.counter.get(self.role, 0) + spent
+    def _count(self, results: list, held: tuple[int, int, float] = (0, 0, 0.0)) -> list:
+        prompt, completion = sum(r.prompt_tokens for r in results), sum(r.completion_tokens for r in results)
+        self.counter[self.role] = self.counter.get(self.role, 0) + prompt + completion
         if self.ledger is not None:
-            self.ledger.settle(self.role, *held, spent, len(results))
+            self.ledger.settle(self.role, held[0], held[1], prompt + completion, len(results), held[2],
+                               cost_of(self.price, prompt, completion))
         return results
 
     def count_tokens(self, text: str) -> int:
@@ -101,7 +105,7 @@ class Models:
         if key not in self._backends:
             self._backends[key] = _remote(plugins.make("backend", rc.backend, model=rc.model, **rc.options),
                                           rc.backend, rc.model, rc.options)
-        return CountingBackend(self._backends[key], self.tokens, role, self.ledger)
+        return CountingBackend(self._backends[key], self.tokens, role, self.ledger, self.price(role))
 
     def checkpoint_of(self, program: Program) -> str | None:
         """The weights folder a program's manifest names (``model``: a trained checkpoint, relative
@@ -125,7 +129,13 @@ class Models:
                 self._backends.pop(old).close()
             self._backends[key] = _remote(plugins.make("backend", rc.backend, model=ckpt, **rc.options),
                                           rc.backend, ckpt, rc.options)
-        return CountingBackend(self._backends[key], self.tokens, "executor", self.ledger)
+        return CountingBackend(self._backends[key], self.tokens, "executor", self.ledger, self.price("executor"))
+
+    def price(self, role: str):
+        """The role's price per million tokens (``budget.prices``, by the model the role names, else its
+        backend's name); a trained checkpoint of the executor costs what the executor's model does."""
+        rc = self.config.role(role)
+        return self.config.budget.price(rc.model or rc.backend)
 
     def _role_key(self, role: str) -> tuple:
         rc = self.config.role(role)

@@ -373,35 +373,6 @@ def _explain_options(entry: Entry, exc: pydantic.ValidationError) -> str:
     return "; ".join(said)
 
 
-def check_config(config) -> None:
-    """Every name a run's config gives (benchmark, each role's backend, selector, proposers, plugin
-    option tables) resolves, checked before any work, so a typo never surfaces after episodes played."""
-    from evolver.backends.auto import local_engine
-    from evolver.config import ROLES
-
-    backends = [config.role(r).backend for r in ROLES]
-    backends = [local_engine() if b == "auto" else b for b in backends]
-    wanted = [("benchmark", config.benchmark), *(("backend", b) for b in backends),
-              *([("cluster", config.cluster.engine)] if config.cluster.engine != "local" else []),
-              ("selector", config.loop.selector), *(("proposer", name) for name in config.proposers)]
-    unknown = []
-    for kind, name in dict.fromkeys(wanted):
-        try:
-            get(kind, name)
-        except UnknownNameError as exc:
-            unknown.append(exc)
-    if len(unknown) > 1:  # say them all at once: a config without its plugins misses several
-        first, rest = unknown[0], unknown[1:]
-        also = ", ".join(f"{e.kind} {e.name!r}" + (f" (evolver-{FIRST_PARTY[e.kind, e.name]})"
-                                                   if (e.kind, e.name) in FIRST_PARTY else "") for e in rest)
-        raise UnknownNameError(first.kind, first.name, first.known,
-                               f"{first.hint + '. ' if first.hint else ''}Also unknown: {also}")
-    if unknown:
-        raise unknown[0]
-    check_benchmark(config.benchmark, config.benchmark_options)
-    check_options(config.plugins)
-
-
 def declared_options(factory: Any) -> list[str] | None:
     """The options a factory declares (its named parameters), or None when it takes any (``**options``)
     or its signature cannot be read."""

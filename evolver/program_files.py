@@ -17,7 +17,7 @@ MANIFEST = "program.toml"
 _KEY_ORDER = ("id", "parent", "operator", "proposal", "model", "created")
 
 
-def _counts_for_hash(rel: str) -> bool:
+def counts_for_hash(rel: str) -> bool:
     """Files that decide behaviour. The manifest is bookkeeping except its ``model`` (added separately)."""
     parts = rel.split("/")
     return not (rel in (MANIFEST, ".gitignore") or parts[0] == ".git" or "__pycache__" in parts
@@ -29,7 +29,8 @@ def _blob_sha(data: bytes) -> str:
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
-def _hash(entries: dict[str, str], model: str | None) -> str:
+def program_hash(entries: dict[str, str], model: str | None) -> str:
+    """The content hash of files ``{path: blob id}`` played with ``model``."""
     return stable_hash(sorted(entries.items()), model or "")
 
 
@@ -43,34 +44,35 @@ def content_hash(path: Path) -> str:
     entries = {}
     for p in path.rglob("*"):
         rel = p.relative_to(path).as_posix()
-        if (p.is_file() or p.is_symlink()) and _counts_for_hash(rel):
+        if (p.is_file() or p.is_symlink()) and counts_for_hash(rel):
             entries[rel] = _blob_sha(os.readlink(p).encode() if p.is_symlink() else p.read_bytes())
     manifest = tomllib.loads((path / MANIFEST).read_text()) if (path / MANIFEST).is_file() else {}
-    return _hash(entries, manifest.get("model"))
+    return program_hash(entries, manifest.get("model"))
 
 
-def _clean(value):
+def clean_scores(value):
     """TOML has no null: drop None values (recursively) instead of failing."""
     if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items() if v is not None}
+        return {str(k): clean_scores(v) for k, v in value.items() if v is not None}
     if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value if v is not None]
+        return [clean_scores(v) for v in value if v is not None]
     return value
 
 
 def dump_manifest(manifest: dict) -> str:
-    m = _clean(manifest)
+    m = clean_scores(manifest)
     ordered = {k: m[k] for k in _KEY_ORDER if k in m}
     ordered.update({k: v for k, v in m.items() if k not in ordered and k != "scores"})
     ordered["scores"] = m.get("scores", {})
     return tomli_w.dumps(ordered)
 
 
-def _now() -> str:
+def now_iso() -> str:
+    """Now, in UTC, to the second: a manifest's ``created``."""
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def _skill_version(text: str | None) -> str | None:
+def skill_version(text: str | None) -> str | None:
     """``version`` (or ``metadata.version``) from a SKILL.md's front matter; None without one. Lenient: a
     history listing should not fail on an old, malformed version of a skill."""
     data = front_matter(text)

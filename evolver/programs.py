@@ -35,8 +35,8 @@ import git
 import tomli_w
 
 from evolver.errors import ProgramRepoError, RepoDamagedError
-from evolver.program_files import (MANIFEST, _clean, _counts_for_hash, _hash, _now, _skill_version,  # noqa: F401
-                                    content_hash, dump_manifest)  # content_hash: re-exported
+from evolver.program_files import (MANIFEST, clean_scores, content_hash, counts_for_hash,  # noqa: F401
+                                   dump_manifest, now_iso, program_hash, skill_version)  # content_hash: re-exported
 from evolver.types import Program
 
 SCORES_NOTES = "refs/notes/scores"
@@ -176,7 +176,7 @@ class ProgramRepo:
             base = build / MANIFEST
             full = {**(tomllib.loads(base.read_text()) if base.is_file() else {}), **manifest}
             full.setdefault("operator", "seed")
-            full.setdefault("created", _now())
+            full.setdefault("created", now_iso())
             base.write_text(dump_manifest(full))
             if not (build / ".gitignore").exists():
                 (build / ".gitignore").write_text(_GITIGNORE)
@@ -237,7 +237,7 @@ class ProgramRepo:
         full = {**({"model": inherited["model"]} if "model" in inherited else {}), **manifest}
         if full.setdefault("id", candidate_id) != candidate_id:
             raise ProgramRepoError(f"manifest id {full['id']!r} differs from candidate id {candidate_id!r}")
-        full.setdefault("created", _now())
+        full.setdefault("created", now_iso())
         (path / MANIFEST).write_text(dump_manifest(full))
         body = "\n".join(f"{k}: {full[k]}" for k in ("operator", "parent", "proposal") if full.get(k) is not None)
         with self._lock:
@@ -261,7 +261,7 @@ class ProgramRepo:
         with self._lock:
             sha = self.resolve(f"program/{program_id}")
             manifest = self.manifest(sha)
-            merged = {**manifest.get("scores", {}), **_clean(scores)}
+            merged = {**manifest.get("scores", {}), **clean_scores(scores)}
             own = f"refs/heads/cand/{program_id}"
             if not self._ref_exists(own):
                 own = "refs/heads/main"
@@ -399,9 +399,9 @@ class ProgramRepo:
             if line:
                 meta, rel = line.split("\t", 1)
                 mode, kind, oid = meta.split()
-                if kind == "blob" and _counts_for_hash(rel):
+                if kind == "blob" and counts_for_hash(rel):
                     entries[rel] = oid
-        return _hash(entries, self.manifest(sha).get("model"))
+        return program_hash(entries, self.manifest(sha).get("model"))
 
     def _scores_notes(self) -> dict[str, str]:
         """commit → note blob, for commits whose scores live in a note."""
@@ -472,7 +472,7 @@ class ProgramRepo:
         for (sha, date, subject), manifest, skill in zip(rows, texts[::2], texts[1::2]):
             m = tomllib.loads(manifest) if manifest else {}
             result.append({"id": m.get("id", sha[:12]), "commit": sha, "date": date, "operator": m.get("operator"),
-                           "message": subject, "version": _skill_version(skill), "deleted": skill is None})
+                           "message": subject, "version": skill_version(skill), "deleted": skill is None})
         return result
 
     def skill_names(self) -> list[str]:

@@ -206,15 +206,16 @@ class Worker:
     def play(self, units: list[Unit], resolve: Callable[[Any], Any] = lambda h: h,
              max_live: int = 32) -> Iterator[tuple[tuple, Episode]]:
         """Play ``units`` in lockstep; yield ``(key, episode)`` as each finishes."""
-        from evolver.evaluate import _Live, _play_iter, _sandboxed_harnesses, _try_harness
         from evolver.harness import context_window_of
+        from evolver.harness_sandbox import sandboxed_harnesses
+        from evolver.lockstep import Live, play_iter, try_harness
         from evolver.monitor import step_monitor
 
         if not units:
             return
         run = self.run(units[0].episode.run_id)
         ctxs, harness_of = {}, {}
-        with _sandboxed_harnesses(run, self.benchmark) as sandboxed:
+        with sandboxed_harnesses(run, self.benchmark) as sandboxed:
             factory = sandboxed if self.config.loop.sandbox_harness else None
             monitor = step_monitor(run)
             lives = []
@@ -229,11 +230,11 @@ class Worker:
                     if u.tokenizer:
                         ctxs[at].count_tokens = self.backend(_base(u.backend), resolve).count_tokens
                     ctxs[at].context_window = context_window_of(backend)
-                    harness_of[at] = _try_harness(ctxs[at], factory)
-                lives.append(_Live(dataclasses.replace(u.episode, steps=[]), ctxs[at], harness_of[at],
+                    harness_of[at] = try_harness(ctxs[at], factory)
+                lives.append(Live(dataclasses.replace(u.episode, steps=[]), ctxs[at], harness_of[at],
                                    u.episode.max_steps, key=u.key, backend=backend, monitor=monitor))
             max_live = min(max_live, getattr(self.benchmark, "max_live", None) or max_live)
-            for done in _play_iter(iter(lives), self.benchmark, max_live):
+            for done in play_iter(iter(lives), self.benchmark, max_live):
                 for lv in done:
                     yield lv.key, lv.episode
 

@@ -73,6 +73,14 @@ def hand_written_note(summary: dict) -> list[str]:
                 f"{', '.join(names)}."]
 
 
+def spend_note(spend: dict | None) -> str:
+    """" (N calls, cost X)" for a role's spend (:meth:`evolver.budget.Ledger.spend`); "" without one."""
+    if not spend:
+        return ""
+    cost = f", cost {spend['cost']:.4g}" if spend.get("cost") else ""
+    return f" ({spend['calls']} calls{cost})"
+
+
 def _row(name: str, m: dict) -> str:
     return f"| {name} | {m['score']:.3f} | {m['success']:.3f} | {m['context_tokens']:.0f} | {m['cost']:.0f} |"
 
@@ -146,7 +154,8 @@ def render(run, summary: dict) -> str:
     lines += monitor_lines(run, rows)
     lines += cut_lines(run)
     lines += judge_lines(run)
-    lines += ["", "## Tokens", ""] + [f"- {role}: {n}" for role, n in sorted(summary["tokens"].items())]
+    lines += ["", "## Tokens", ""] + [f"- {role}: {n}{spend_note((summary.get('spend') or {}).get(role))}"
+                                      for role, n in sorted(summary["tokens"].items())]
     for r in rows:
         if r["status"] == "admitted":
             diff = run.repo.diff(r["parent_id"], r["candidate_id"])
@@ -333,6 +342,10 @@ def partial_report(store, row: dict) -> str:
                          f"{'' if score is None else f'{score:.3f}'} | {reason} |")
     else:
         lines += ["None yet."]
+    summary = row.get("summary") or {}
+    if summary.get("tokens"):  # a run stopped at its budget keeps what each role spent
+        lines += ["", "## Tokens", ""] + [f"- {role}: {n}{spend_note((summary.get('spend') or {}).get(role))}"
+                                          for role, n in sorted(summary["tokens"].items())]
     return "\n".join(lines) + "\n"
 
 

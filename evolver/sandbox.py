@@ -9,7 +9,7 @@ never reach it. Each stream keeps at most :data:`OUTPUT_CAP` bytes (head and tai
 much was cut.
 
 Processes: where a pids cgroup can be created (cgroup v1 ``/sys/fs/cgroup/pids``, or a delegated cgroup v2
-subtree; normally as root), every run gets its own, capped at :data:`PIDS_LIMIT` processes and threads
+subtree; normally as root), every run gets its own, capped at :data:`~evolver.sandbox_cgroup.PIDS_LIMIT` processes and threads
 (``EVOLVER_SANDBOX_PIDS`` or the ``pids`` argument; 0 turns the cgroup off), and everything in it is
 killed when the run ends, a ``fork`` + ``setsid`` daemon included. Without one there is no process limit
 (a warning says so once), but bwrap and unshare still kill every process of the run with its pid
@@ -66,7 +66,7 @@ from __future__ import annotations
 
 import ast
 import functools
-import itertools
+import gc
 import json
 import os
 import re
@@ -81,14 +81,13 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from evolver.checks import parse_python
+from evolver.sandbox_cgroup import cgroup_end, cgroup_new, pids_limit
 from evolver.sandbox_inside import DENY_PREFIX
 from evolver.sandbox_view import VIEW_PYTHONPATH, UnknownPackage, bwrap_args, view_mounts
 
 OUTPUT_CAP = 64 * 1024  # bytes kept per stream: enough for any useful trace, bounded for a runaway loop
 _TAIL = 8 * 1024  # of the cap, what is kept from the end (tracebacks are at the end)
 MECHANISMS = ("bwrap", "unshare", "audit")
-PIDS_LIMIT = 64  # processes + threads per run, where a pids cgroup is available (EVOLVER_SANDBOX_PIDS)
 ALLOW_AUDIT_ENV = "EVOLVER_ALLOW_AUDIT_SANDBOX"
 _THIS = os.path.abspath(__file__)
 _INSIDE = os.path.join(os.path.dirname(_THIS), "sandbox_inside.py")  # what runs inside: see _own_code
@@ -184,116 +183,6 @@ def _require(mechanism: str) -> str:
     return mechanism
 
 
-# --- process limit: a pids cgroup per run ----------------------------------------------------------------
-
-_CG_PREFIX = "evolver-sbx-"
-_cg_counter = itertools.count()
-_cg_warned = []
-
-
-def _cgroup_candidates() -> list[str]:
-    out = []
-    try:
-        with open("/proc/self/cgroup") as f:
-            lines = [line.rstrip("\n").split(":", 2) for line in f]
-    except OSError:
-        return out
-    for hid, controllers, path in (line for line in lines if len(line) == 3):
-        if "pids" in controllers.split(","):
-            out += [f"/sys/fs/cgroup/pids{path}".rstrip("/"), "/sys/fs/cgroup/pids"]
-        elif hid == "0" and controllers == "" and os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
-            out.append(f"/sys/fs/cgroup{path}".rstrip("/"))
-    return list(dict.fromkeys(out))
-
-
-@functools.lru_cache(maxsize=None)
-def _cgroup_base() -> str | None:
-    """A cgroup directory under which this process can create pids-limited children, or None."""
-    for base in _cgroup_candidates():
-        probe = os.path.join(base, f"{_CG_PREFIX}probe-{os.getpid()}")
-        try:
-            os.mkdir(probe)
-        except OSError:
-            continue
-        try:
-            with open(os.path.join(probe, "pids.max"), "w") as f:
-                f.write("8")
-            _clean_stale(base)
-            return base
-        except OSError:
-            continue
-        finally:
-            try:
-                os.rmdir(probe)
-            except OSError:
-                pass
-    return None
-
-
-def _clean_stale(base: str):
-    """Remove the empty cgroups of evolver processes that died without closing their sandboxes."""
-    try:
-        names = os.listdir(base)
-    except OSError:
-        return
-    for name in names:
-        m = re.fullmatch(_CG_PREFIX + r"(\d+)-\d+", name)
-        if m and not os.path.exists(f"/proc/{m[1]}"):
-            _cgroup_end(os.path.join(base, name))
-
-
-def _pids(pids: int | None) -> int:
-    if pids is not None:
-        return int(pids)
-    return int(os.environ.get("EVOLVER_SANDBOX_PIDS", "") or PIDS_LIMIT)
-
-
-def _cgroup_new(limit: int) -> str | None:
-    if limit <= 0:  # turned off (EVOLVER_SANDBOX_PIDS=0): no limit, no cgroup
-        return None
-    base = _cgroup_base()
-    if base is None:
-        if not _cg_warned:
-            _cg_warned.append(True)
-            warnings.warn("evolver sandbox: no writable pids cgroup here, so sandboxed code runs without a "
-                          "limit on its number of processes", RuntimeWarning, stacklevel=4)
-        return None
-    path = os.path.join(base, f"{_CG_PREFIX}{os.getpid()}-{next(_cg_counter)}")
-    try:
-        os.mkdir(path)
-        with open(os.path.join(path, "pids.max"), "w") as f:
-            f.write(str(max(1, limit)))
-        return path
-    except OSError:
-        _cgroup_end(path)
-        return None
-
-
-def _cgroup_end(path: str | None):
-    """Kill everything left in the cgroup (daemons that left the process group too), then remove it."""
-    if not path:
-        return
-    deadline = time.monotonic() + 2
-    while time.monotonic() < deadline:
-        try:
-            with open(os.path.join(path, "cgroup.procs")) as f:
-                pids = [int(p) for p in f.read().split()]
-        except (OSError, ValueError):
-            break
-        if not pids:
-            break
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-        time.sleep(0.002)
-    try:
-        os.rmdir(path)
-    except OSError:
-        pass
-
-
 # --- building the command line ----------------------------------------------------------------------------
 
 def _base_env(scratch: str, extra: dict | None) -> dict:
@@ -346,6 +235,19 @@ def _wrap(mechanism: str, cmd: list[str], scratch: str, memory_mb: int, visible=
                 "--proc", "/proc", *bwrap_args(view_mounts(scratch, visible, packages, trusted)), "--chdir", scratch,
                 "--", *cmd]
     return [*shell, *cmd]
+
+
+def parse_python(source: str) -> ast.Module:
+    """``ast.parse`` with the garbage collector paused. CPython 3.11 keeps one depth counter while it builds
+    the tree's objects; a collection in the middle can run a finaliser that parses too (formatting a
+    logged traceback does), and the outer parse then fails with "AST constructor recursion depth mismatch"."""
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        return ast.parse(source)
+    finally:
+        if paused:
+            gc.enable()
 
 
 def _pythonpath(env: dict | None) -> list[str]:
@@ -453,13 +355,13 @@ def _start(cmd: list[str], folder: str, memory_mb: int, env: dict | None, mechan
     if mechanism != "audit":  # the view's harness API and allowed packages, then the caller's entries
         env = {**(env or {}), "PYTHONPATH": os.pathsep.join(
             [*VIEW_PYTHONPATH, *filter(None, str((env or {}).get("PYTHONPATH", "")).split(os.pathsep))])}
-    cgroup = _cgroup_new(_pids(pids))
+    cgroup = cgroup_new(pids_limit(pids))
     try:
         argv = _wrap(mechanism, cmd, folder, memory_mb, visible, cgroup, packages, trusted)
         proc = subprocess.Popen(argv, cwd=folder, env=_base_env(folder, env), start_new_session=True,
                                 stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     except BaseException:
-        _cgroup_end(cgroup)
+        cgroup_end(cgroup)
         raise
     return proc, cgroup
 
@@ -499,7 +401,7 @@ def _execute(cmd: list[str], scratch: str, timeout_s: float, memory_mb: int, std
     timed_out = not _wait(proc, timeout_s)
     _kill_group(proc.pid)  # also after a normal exit: children left in the background die with it
     proc.wait()
-    _cgroup_end(cgroup)  # and those that left the group
+    cgroup_end(cgroup)  # and those that left the group
     duration = time.monotonic() - start
     for t in (out, err):
         t.join(timeout=2)  # a child that escaped the group may hold the pipe open: do not wait for it
@@ -553,7 +455,7 @@ def run_script(path: Path, args: list[str] = (), scratch: Path | None = None, ti
     ``scratch`` defaults to a fresh temporary folder removed afterwards; a given one is kept. The script sees
     (read-only) ``visible``, by default its skill's folder (``NAME/`` for ``NAME/scripts/x``) or its own
     folder, plus the ``PYTHONPATH`` entries of ``env``. ``pids`` caps its processes (default
-    :data:`PIDS_LIMIT`). Python in it imports the standard library, the harness API and the installed
+    :data:`~evolver.sandbox_cgroup.PIDS_LIMIT`). Python in it imports the standard library, the harness API and the installed
     distributions ``packages`` names (a skill's declared ones) with what they require; nothing else. A
     script that cannot be started (a package it may not have, too) gives returncode 126 and the reason in
     ``stderr``, never an exception: candidate code is untrusted input. :class:`SandboxUnavailable` is raised
@@ -610,7 +512,7 @@ class Session:
     def close(self) -> None:
         _kill_group(self.proc.pid)
         self.proc.wait()
-        _cgroup_end(self._cgroup)
+        cgroup_end(self._cgroup)
         self._cgroup = None
         for pipe in (self.proc.stdin, self.proc.stdout):
             try:

@@ -50,8 +50,8 @@ def open_run(config: Config, run_id: str | None = None, *, resume: dict | None =
     """
     from evolver.config import dump_config, load_config
     from evolver.errors import EvolverError
-    from evolver.loop import ensure_seed
     from evolver.run import Run
+    from evolver.seeding import ensure_seed
 
     store, repo = open_workspace(config)
     try:

@@ -9,7 +9,7 @@ from evolver.backends.scripted import ScriptedBackend
 from evolver.benchmarks.base import Benchmark, Env
 from evolver.config import Config, RoleConfig
 from evolver.harness import make_harness, program_context
-from evolver.loop import seed_files
+from evolver.seeding import seed_files
 from evolver.programs import content_hash
 from evolver.run import Run
 from evolver.store import Store

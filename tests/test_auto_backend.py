@@ -5,7 +5,7 @@ import pytest
 
 from evolver import plugins
 from evolver.backends import auto
-from evolver.config import Config
+from evolver.config import Config, check_config
 
 
 def _with_vllm(monkeypatch, registered: bool):
@@ -37,4 +37,4 @@ def test_check_config_names_the_engine_auto_stands_for_when_it_is_missing(monkey
     monkeypatch.setattr(auto, "local_engine", lambda: "no-such-engine")
     cfg = Config(benchmark="basic", benchmark_options={}, proposers=[])
     with pytest.raises(plugins.UnknownNameError, match="no-such-engine"):
-        plugins.check_config(cfg)
+        check_config(cfg)

@@ -10,7 +10,7 @@ from evolver.benchmarks import base
 from evolver.benchmarks.base import Benchmark, Env
 from evolver.evaluate import run_episodes
 from evolver.harness import program_context
-from evolver.loop import seed_files
+from evolver.seeding import seed_files
 from evolver.programs import content_hash
 from evolver.types import GenResult, Observation, Program, Task
 
@@ -132,7 +132,7 @@ def test_the_contract_names_every_info_key_and_task_field_the_core_reads():
     doc = base.__doc__
     core = Path(base.__file__).parents[1]
     keys = set()
-    for path in [core / "evaluate.py", core / "seed" / "harness" / "harness.py"]:
+    for path in [core / "lockstep.py", core / "seed" / "harness" / "harness.py"]:
         text = path.read_text()
         keys |= set(re.findall(r"info\.get\(\"(\w+)\"", text))
         keys |= set(re.findall(r"for k in \(([^)]*)\) if k in info", text) and

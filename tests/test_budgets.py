@@ -9,7 +9,7 @@ from evolver import Benchmark, Env, Observation, Task, run_episodes
 from evolver.harness import make_harness, program_context
 from evolver.backends.scripted import ScriptedBackend
 from evolver.config import Config, RoleConfig
-from evolver.loop import seed_files
+from evolver.seeding import seed_files
 from evolver.programs import content_hash
 from evolver.types import Program
 
@@ -169,4 +169,49 @@ def test_a_role_cap_refuses_that_role_alone_and_in_flight_work_counts_at_its_mos
         ledger.reserve("executor", 200, 1)
     ledger.settle("executor", 800, 1, 100, 1)  # it came back having spent 100
     ledger.reserve("executor", 200, 1)
-    assert ledger.spent["executor"] == [100, 1] and ledger.held["executor"] == [200, 1]
+    assert ledger.spent["executor"] == [100, 1, 0.0] and ledger.held["executor"] == [200, 1, 0.0]
+
+
+def test_a_cost_cap_counts_each_role_at_its_models_price_and_refuses_what_could_cross_it():
+    """budget.cost with a price table: a request is priced at its most before it is sent (prompt at the
+    input price, reply at the output price), refused when it could cross the cap, and settled at what it
+    spent; a model without a price costs nothing; every role's spend is kept for the report."""
+    from evolver.budget import BudgetExceeded, Ledger, most_parts
+    from evolver.config import BudgetConfig
+    from evolver.models import CountingBackend
+    from evolver.report import spend_note
+    from evolver.types import GenRequest, Message
+
+    caps = BudgetConfig(cost=0.001, prices={"api-model": {"input": 2.0, "output": 10.0}})
+    assert caps.price("api-model").output == 10.0 and caps.price("local").input == 0.0
+    ledger, counter = Ledger(caps), {}
+    paid = CountingBackend(ScriptedBackend(rule=lambda r: "ok done", model="api-model"), counter, "proposer", ledger,
+                           caps.price("api-model"))
+    free = CountingBackend(ScriptedBackend(rule=lambda r: "ok", model="local"), counter, "executor", ledger,
+                           caps.price("local"))
+    req = GenRequest(messages=[Message("user", "word " * 20)], max_tokens=40)
+    prompt, reply = most_parts(paid.inner, req)
+    assert (prompt, reply) == (20 + 32, 40)
+    most = (prompt * 2.0 + reply * 10.0) / 1e6  # 0.000504: one request fits the cap, two in flight do not
+    (out,) = paid.generate([req])
+    spent = (out.prompt_tokens * 2.0 + out.completion_tokens * 10.0) / 1e6
+    assert ledger.spent["proposer"][2] == pytest.approx(spent) and ledger.held["proposer"][2] == pytest.approx(0)
+    for _ in range(200):  # the local model's calls cost nothing, however many
+        free.generate([req])
+    assert ledger.spent["executor"][2] == 0.0 and ledger.spent["executor"][1] == 200
+    paid.generate([req])
+    with pytest.raises(BudgetExceeded, match=r"budget.cost = 0.001: .* spent or in flight"):
+        paid.generate([req, req])  # 2 x most on top of what was spent could cross it: nothing is sent
+    assert ledger.spent["proposer"][1] == 2 and ledger.spend()["proposer"]["cost"] <= 0.001 - most
+    assert spend_note(ledger.spend()["proposer"]) == f" (2 calls, cost {ledger.spend()['proposer']['cost']:.4g})"
+    assert spend_note(ledger.spend()["executor"]) == " (200 calls)"
+
+
+def test_a_cost_cap_without_prices_is_refused_with_the_key_to_set():
+    from pydantic import ValidationError
+
+    from evolver.config import BudgetConfig
+
+    with pytest.raises(ValidationError, match=r"a cost cap needs prices: set budget.prices"):
+        BudgetConfig(roles={"proposer": {"cost": 1.0}})
+    assert BudgetConfig(cost=1.0, prices={"*": {"input": 1.0}}).price("anything").input == 1.0

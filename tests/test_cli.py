@@ -42,7 +42,8 @@ def test_init_eval_run_and_inspect(tmp_path):
     episode = r.output.split("--episode ")[1].split(")")[0]
     r = invoke(args + ["traces", "--episode", episode])
     assert r.exit_code == 0 and "Answer with the word" in r.output and "score   0.000" in r.output
-    r = invoke(args + ["run", "--iterations", "1", "--set=loop.candidates_per_iteration=1"])
+    r = invoke(args + ["run", "--iterations", "1", "--set=loop.candidates_per_iteration=1",
+                       "--set=loop.best_of_n=true"])
     assert r.exit_code == 0, r.output
     assert "baseline (seed) test score 0.000" in r.output and "test score 0.000; best (p0001) 1.000" in r.output
     assert "Best vs seed on test: +1.000, 95% bootstrap interval [1.000, 1.000] on 4 tasks (paired)." in r.output

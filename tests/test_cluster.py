@@ -13,7 +13,8 @@ import pytest
 from evolver import plugins
 from evolver.config import Config, RoleConfig
 from evolver.errors import EvolverError
-from evolver.loop import ensure_seed, play
+from evolver.playing import play
+from evolver.seeding import ensure_seed
 from evolver.programs import ProgramRepo
 from evolver.run import Run
 from evolver.store import Store

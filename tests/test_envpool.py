@@ -16,7 +16,7 @@ from evolver.envpool import EpisodeLostError
 from evolver.errors import BenchmarkError
 from evolver.evaluate import run_episodes
 from evolver.harness import program_context
-from evolver.loop import seed_files
+from evolver.seeding import seed_files
 from evolver.programs import content_hash
 from evolver.types import Program
 

@@ -8,7 +8,7 @@ from evolver.benchmarks.basic import BasicBenchmark
 from evolver.config import Config
 from evolver.evaluate import evaluate_many, run_episodes, sample_stratified, summarize
 from evolver.harness import program_context
-from evolver.loop import seed_files
+from evolver.seeding import seed_files
 from evolver.programs import content_hash
 from evolver.run import Run
 from evolver.skills import write_skill
@@ -65,7 +65,7 @@ def test_tools_read_skill_and_a_hanging_script_is_killed(tmp_path):
     bench = toybench.UpperBench()
     task = bench.tasks("dev")[0]
     backend = ScriptedBackend(answers=["read_skill shout-words", "run_skill slowpoke wait.py", "MAPLE"])
-    import evolver.evaluate as ev
+    import evolver.lockstep as ev
 
     real = ev.run_tool
 

@@ -12,7 +12,7 @@ from evolver import plugins
 from evolver.backends.scripted import ScriptedBackend
 from evolver.evaluate import run_episodes
 from evolver.harness import program_context
-from evolver.loop import seed_files
+from evolver.seeding import seed_files
 from evolver.programs import content_hash
 from evolver.types import Program
 

@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 
 from evolver.checks import audit_harness_code
-from evolver.evaluate import HarnessTimeout, evaluate_many
+from evolver.evaluate import evaluate_many
+from evolver.lockstep import HarnessTimeout
 from evolver.harness import SEED_DIR, Action, program_context
 from evolver.harness_sandbox import RemoteHarnessError, SandboxedHarness
 from evolver.skills import write_skill
@@ -91,8 +92,8 @@ def test_an_exception_comes_back_with_the_childs_traceback(tmp_path):
 
 
 def test_time_memory_and_network_limits(tmp_path, monkeypatch):
-    import evolver.evaluate
-    monkeypatch.setattr(evolver.evaluate, "HARNESS_CALL_S", 1.0)
+    import evolver.lockstep
+    monkeypatch.setattr(evolver.lockstep, "HARNESS_CALL_S", 1.0)
     hang = SandboxedHarness(program_context(program(tmp_path, with_next_call("        while True:\n            pass\n"), "hang")))
     state = hang.start(Task("t", "b", "train", "c"), Observation("x"))
     with pytest.raises(HarnessTimeout, match="longer than 1s .*sandboxed"):

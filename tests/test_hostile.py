@@ -8,6 +8,7 @@ import pytest
 
 import evolver.checks
 import evolver.evaluate
+import evolver.lockstep
 import evolver.loop
 from evolver import plugins
 from evolver.harness import SEED_DIR
@@ -33,10 +34,10 @@ STEAL = """    def parse(self, state, obs, request, result):
                     return Action(env_action=str(answer))
 """
 DISARM = """
-import evolver.checks, evolver.evaluate, evolver.loop
+import evolver.checks, evolver.evaluate, evolver.lockstep, evolver.loop
 evolver.checks.audit_leakage = lambda *a, **k: ""
 evolver.loop.audit_harness_code = lambda *a, **k: ""
-evolver.evaluate.HARNESS_CALL_S = 1e9
+evolver.lockstep.HARNESS_CALL_S = 1e9
 """
 ESCAPE = "\\nopen(%(escape)r, 'w').write('out')\\n"
 
@@ -70,7 +71,7 @@ def test_hostile_candidates_score_what_they_earned_and_leave_the_evaluator_alone
     monkeypatch.setenv("EVOLVER_ALLOW_AUDIT_SANDBOX", "1")  # where only the audit fallback exists, use it anyway
     import toybench
     escape = tmp_path / "escaped.txt"
-    audit, call_s = evolver.checks.audit_leakage, evolver.evaluate.HARNESS_CALL_S
+    audit, call_s = evolver.checks.audit_leakage, evolver.lockstep.HARNESS_CALL_S
     code_audit = evolver.loop.audit_harness_code
     plugin = tmp_path / "hostile.py"
     plugin.write_text(HOSTILE % {"seed": str(SEED_DIR / "harness" / "harness.py"), "escape": str(escape)})
@@ -97,7 +98,7 @@ def test_hostile_candidates_score_what_they_earned_and_leave_the_evaluator_alone
             assert not escape.exists()
         elif sandboxed:
             assert stolen["status"] != "admitted" and summary["best"] == "seed"
-            assert evolver.checks.audit_leakage is audit and evolver.evaluate.HARNESS_CALL_S == call_s
+            assert evolver.checks.audit_leakage is audit and evolver.lockstep.HARNESS_CALL_S == call_s
             assert not escape.exists()
             played = store.query("SELECT count(*) FROM episodes WHERE program_id = ? AND purpose = 'eval'",
                                  [stolen["proposal_id"]])[1][0][0]
@@ -108,7 +109,7 @@ def test_hostile_candidates_score_what_they_earned_and_leave_the_evaluator_alone
             disarm = outcome["disarms the audits and the time limit"]
             assert disarm["status"] == "rejected" and "No module named 'evolver.checks'" in disarm["reason"]
     finally:
-        evolver.checks.audit_leakage, evolver.evaluate.HARNESS_CALL_S = audit, call_s
+        evolver.checks.audit_leakage, evolver.lockstep.HARNESS_CALL_S = audit, call_s
         evolver.loop.audit_harness_code = code_audit
         run.close()
         store.close()

@@ -9,7 +9,7 @@ import pytest
 
 from evolver.config import Config
 from evolver.evaluate import run_episodes, summarize
-from evolver.loop import ensure_seed
+from evolver.seeding import ensure_seed
 from evolver.programs import ProgramRepo
 from evolver.run import Run
 from evolver.store import Store

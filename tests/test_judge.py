@@ -141,9 +141,9 @@ def test_a_cached_episode_is_ranked_again_with_the_group_it_is_returned_in(tmp_p
 
 def test_programs_with_different_weights_are_judged_in_one_group(tmp_path):
     """The loop plays each checkpoint's programs in an evaluate_many call of their own: a task's episodes
-    are still ranked together (evolver.loop.play shares one judging across the calls)."""
+    are still ranked together (evolver.playing.play shares one judging across the calls)."""
     from evolver.config import RoleConfig
-    from evolver.loop import play as loop_play
+    from evolver.playing import play as loop_play
 
     run = make_run(tmp_path, fair_judge)
     rule = lambda req: GOOD if "Be kind." in req.messages[0].content else BAD  # noqa: E731

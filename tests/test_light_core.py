@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from evolver import plugins
-from evolver.config import ROLES, load_config
+from evolver.config import ROLES, check_config, load_config
 from evolver.errors import UnknownNameError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,7 +53,7 @@ def test_without_plugins_the_default_run_names_the_plugins_to_install(tmp_path, 
     monkeypatch.setattr(plugins.importlib.metadata, "entry_points", lambda **_: [])  # a core-only install
     plugins.reset()
     with pytest.raises(UnknownNameError) as err:
-        plugins.check_config(load_config(None, []))
+        check_config(load_config(None, []))
     msg = str(err.value)
     assert msg.startswith("unknown benchmark 'twx'; known benchmarks: basic. benchmark 'twx' comes with the "
                           "evolver-twx plugin, which is not installed: pip install -e plugins/twx "), msg

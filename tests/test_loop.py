@@ -141,8 +141,8 @@ def register_proposers(register):
 def test_broken_candidates_are_rejected_with_their_reasons_and_the_run_goes_on(tmp_path, monkeypatch):
     import toybench
     from evolver.harness import SEED_DIR
-    import evolver.evaluate
-    monkeypatch.setattr(evolver.evaluate, "HARNESS_CALL_S", 1.0)  # keep the hanging candidate's test short
+    import evolver.lockstep
+    monkeypatch.setattr(evolver.lockstep, "HARNESS_CALL_S", 1.0)  # keep the hanging candidate's test short
     plugin = tmp_path / "breaker.py"
     plugin.write_text(BROKEN_PROPOSER % str(SEED_DIR / "harness" / "harness.py"))
     plugins.load_local(plugin)
@@ -343,7 +343,8 @@ def test_admission_evidence_and_the_best_of_n_baseline_reach_the_log_store_and_r
     plugin = tmp_path / "worsener.py"
     plugin.write_text(WORSENER)
     plugins.load_local(plugin)
-    cfg = make_config(tmp_path, coin, iterations=2, failure_threshold=1.01, patience=5, objectives=["score:max"])
+    cfg = make_config(tmp_path, coin, iterations=2, failure_threshold=1.01, patience=5, objectives=["score:max"],
+                      best_of_n=True)
     cfg.proposers = ["worsener"]
     store = Store(Path(cfg.store) / "evolver.duckdb")
     run = Run(cfg, store, ProgramRepo(Path(cfg.store)), console=Console())
@@ -413,7 +414,8 @@ def test_best_of_n_dev_episodes_play_beside_the_candidates_and_the_end_reuses_th
     plugin = tmp_path / "twins.py"
     plugin.write_text(TWINS)
     plugins.load_local(plugin)
-    cfg = make_config(tmp_path, coin, iterations=1, candidates_per_iteration=2, objectives=["score:max"])
+    cfg = make_config(tmp_path, coin, iterations=1, candidates_per_iteration=2, objectives=["score:max"],
+                      best_of_n=True)
     cfg.proposers = ["twins"]
     store = Store(Path(cfg.store) / "evolver.duckdb")
     run = Run(cfg, store, ProgramRepo(Path(cfg.store)), console=Console())

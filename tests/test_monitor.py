@@ -139,7 +139,7 @@ def test_a_blocked_action_is_not_played_the_episode_goes_on_and_the_verdict_is_s
     from evolver.backends.scripted import ScriptedBackend
     from evolver.evaluate import run_episodes
     from evolver.harness import program_context
-    from evolver.loop import seed_files
+    from evolver.seeding import seed_files
     from evolver.programs import content_hash
     from evolver.store import Store
     from evolver.types import Program

@@ -163,10 +163,10 @@ def test_evolver_plugins_naming_nothing_installed_is_an_error(monkeypatch):
 
 
 def test_config_names_and_plugin_options_are_checked_before_any_work():
-    from evolver.config import load_config
+    from evolver.config import check_config, load_config
 
     def check(*overrides):
-        plugins.check_config(load_config(None, ['proposers=["evoskill"]', *overrides]))
+        check_config(load_config(None, ['proposers=["evoskill"]', *overrides]))
     check()  # resolves (the suite loads only the evoskill plugin)
     with pytest.raises(UnknownNameError, match="unknown selector 'nope'"):
         check("loop.selector=nope")
@@ -238,10 +238,10 @@ def test_an_unknown_benchmark_says_how_to_add_one(monkeypatch):
 
 
 def test_benchmark_options_are_checked_before_any_work():
-    from evolver.config import load_config
+    from evolver.config import check_config, load_config
 
     def check(*overrides):
-        plugins.check_config(load_config(None, ['proposers=["evoskill"]', "roles.executor.backend=scripted",
+        check_config(load_config(None, ['proposers=["evoskill"]', "roles.executor.backend=scripted",
                                                 *overrides]))
     check("benchmark_options.max_steps=3", "benchmark_options.games=[\"twc\"]")
     with pytest.raises(PluginError, match=r"benchmark 'twx': unknown option 'max_stepz' \(benchmark_options.max_stepz\); "

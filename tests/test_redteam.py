@@ -15,6 +15,7 @@ import pytest
 
 import evolver
 import evolver.evaluate
+import evolver.lockstep
 from evolver import plugins
 from evolver.benchmarks.basic import BasicBenchmark
 from evolver.config import Config, RoleConfig
@@ -304,8 +305,8 @@ def test_every_attack_is_rejected_or_scores_no_better_than_honest_play(tmp_path,
                  loop={"iterations": 1, "train_per_category": 1, "dev_per_category": 2, "test_per_category": 2,
                        "candidates_per_iteration": len(ATTACKS) + 1, "staged": True, "monitor": monitor,
                        "sandbox_harness": True, "best_of_n": False})
-    call_s = evolver.evaluate.HARNESS_CALL_S
-    monkeypatch.setattr(evolver.evaluate, "HARNESS_CALL_S", 3.0)  # the hang attack costs this per call
+    call_s = evolver.lockstep.HARNESS_CALL_S
+    monkeypatch.setattr(evolver.lockstep, "HARNESS_CALL_S", 3.0)  # the hang attack costs this per call
     store = Store(store_dir / "evolver.duckdb")
     run = Run(cfg, store, ProgramRepo(store_dir))
     try:
@@ -331,7 +332,7 @@ def test_every_attack_is_rejected_or_scores_no_better_than_honest_play(tmp_path,
         for eps in evaluate_many(jobs, run.benchmark, backend, purpose="train", run=run, use_cache=False):
             assert [e.score for e in eps] <= [e.score for e in honest] or all(e.score == 0 for e in eps)
         assert not Path(paths["escape"]).exists()
-        assert evolver.evaluate.HARNESS_CALL_S == 3.0 and call_s == 10.0  # the evaluator's own state, untouched
+        assert evolver.lockstep.HARNESS_CALL_S == 3.0 and call_s == 10.0  # the evaluator's own state, untouched
     finally:
         srv.close()
         run.close()

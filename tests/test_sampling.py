@@ -8,7 +8,7 @@ from evolver.backends.sampling import SampledBackend
 from evolver.backends.scripted import ScriptedBackend
 from evolver.evaluate import Job, evaluate_many
 from evolver.harness import program_context
-from evolver.loop import seed_files
+from evolver.seeding import seed_files
 from evolver.programs import content_hash
 from evolver.types import ChoiceRequest, ChoiceResult, GenRequest, GenResult, Message, Program
 

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from evolver import sandbox
+from evolver import sandbox, sandbox_cgroup
 from evolver.sandbox import OUTPUT_CAP, run_python, run_script, sandbox_mechanism
 
 WHY_NOT = {
@@ -20,7 +20,7 @@ for _m in ("bwrap", "unshare"):
 AVAILABLE = ["audit", *(m for m in ("unshare", "bwrap") if WHY_NOT[m] is None)]
 NAMESPACES = [pytest.param(m, marks=pytest.mark.skipif(WHY_NOT[m] is not None, reason=str(WHY_NOT[m])))
               for m in ("bwrap", "unshare")]
-PIDS_CGROUP = sandbox._cgroup_base() is not None
+PIDS_CGROUP = sandbox_cgroup.cgroup_base() is not None
 
 
 @pytest.fixture(autouse=True)
@@ -315,7 +315,7 @@ print(born)
     assert 0 < int(r.stdout) < 32
     time.sleep(2.0)  # the children would have written by now
     assert list(scratch.iterdir()) == []
-    base = sandbox._cgroup_base()
+    base = sandbox_cgroup.cgroup_base()
     assert not [n for n in os.listdir(base) if n.startswith(f"evolver-sbx-{os.getpid()}-")]  # removed too
 
 

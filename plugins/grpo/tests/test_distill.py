@@ -59,7 +59,7 @@ def make_run(tmp_path, tiny_dir, **distill):
                  plugins={"distill": {"max_new_tokens": 6, "autocast": False, **distill}})
     run = Run(cfg, Store(tmp_path / "store" / "evolver.duckdb"), ProgramRepo(tmp_path / "store"))
     run.record()
-    from evolver.loop import ensure_seed
+    from evolver.seeding import ensure_seed
 
     seed = ensure_seed(run)
     skilled = run.commit_child(seed, "with-skill", {"parent": "seed", "operator": "test"}, "a skill",

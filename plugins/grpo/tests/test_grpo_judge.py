@@ -66,7 +66,7 @@ def test_the_trainers_rollouts_of_a_task_are_judged_as_one_group(tmp_path, tiny_
 
     from evolver import plugins
     from evolver.config import Config, RoleConfig
-    from evolver.loop import ensure_seed
+    from evolver.seeding import ensure_seed
     from evolver.programs import ProgramRepo
     from evolver.run import Run
     from evolver.store import Store

@@ -26,7 +26,7 @@ def make_run(tmp_path, tiny_dir, steps=1, categories=None, actions=False, backen
     store = Store(tmp_path / "store" / "evolver.duckdb")
     run = Run(cfg, store, ProgramRepo(tmp_path / "store"))
     run.record()
-    from evolver.loop import ensure_seed
+    from evolver.seeding import ensure_seed
 
     ensure_seed(run)
     return run

@@ -37,7 +37,7 @@ def run(tmp_path_factory):
                                    "lr": 1e-4}})
     r = Run(cfg, Store(tmp / "store" / "evolver.duckdb"), ProgramRepo(tmp / "store"))
     r.record()
-    from evolver.loop import ensure_seed
+    from evolver.seeding import ensure_seed
 
     ensure_seed(r)
     yield r

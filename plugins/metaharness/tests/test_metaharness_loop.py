@@ -105,8 +105,8 @@ def test_a_harness_that_improves_the_benchmark_is_admitted_with_its_lineage_and_
 
 
 def test_broken_slow_cheating_and_constant_only_harnesses_are_rejected_with_their_reasons(tmp_path, monkeypatch):
-    import evolver.evaluate
-    monkeypatch.setattr(evolver.evaluate, "HARNESS_CALL_S", 1.0)  # the hanging one costs one second
+    import evolver.lockstep
+    monkeypatch.setattr(evolver.lockstep, "HARNESS_CALL_S", 1.0)  # the hanging one costs one second
     answers = [answer(RAISES_ON_IMPORT), answer(HANGS), answer(HARD_CODED), answer(READS_GOLD),
                answer(CONSTANT_ONLY)]
     run, store, repo, summary = run_toy(tmp_path, proposer_rule(answers), candidates_per_iteration=5, patience=1)

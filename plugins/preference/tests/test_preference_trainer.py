@@ -41,7 +41,7 @@ def make_run(tmp_path, tiny_dir, episodes, **options):
     store.add_episodes(episodes)
     run = Run(cfg, store, ProgramRepo(tmp_path / "store"))
     run.record()
-    from evolver.loop import ensure_seed
+    from evolver.seeding import ensure_seed
 
     ensure_seed(run)
     return run

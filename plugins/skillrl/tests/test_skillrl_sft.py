@@ -70,7 +70,7 @@ def test_sft_trains_on_skill_conditioned_gold_steps_as_the_harness_renders_them(
 
 
 def test_write_choice_is_committed_once_and_only_where_the_harness_has_the_knob(tmp_path, tiny_dir):
-    from evolver.loop import ensure_seed
+    from evolver.seeding import ensure_seed
     from evolver_skillrl.sft import commit_write_choice
 
     run = sft_run(tmp_path, tiny_dir)

@@ -72,7 +72,7 @@ def toy_run(tmp: Path, tracking: dict) -> tuple[Path, str]:
         cfg = Config(benchmark="upper", benchmark_options={}, store=str(tmp / "store"), roles=roles,
                      proposers=["toggler"], plugins={"tracking": tracking},
                      loop={"iterations": 2, "train_per_category": 2, "dev_per_category": 2, "test_per_category": 2,
-                           "candidates_per_iteration": 2, "failure_threshold": 1.01, "patience": 5})
+                           "best_of_n": True, "candidates_per_iteration": 2, "failure_threshold": 1.01, "patience": 5})
         store = Store(Path(cfg.store) / "evolver.duckdb")
         run = Run(cfg, store, ProgramRepo(Path(cfg.store)))
         try:

@@ -12,7 +12,7 @@ from evolver import SkillError
 from evolver.skill_quality import content_problems
 from evolver.skills import hand_written, parse_skill
 from evolver.config import load_config
-from evolver.loop import seed_files
+from evolver.seeding import seed_files
 from evolver_twx.benchmark import PACKS, TwxBenchmark
 
 PACK = ["arithmetic-word-problems", "quantity-order", "recipe-steps", "usual-place"]

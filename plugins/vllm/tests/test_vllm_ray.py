@@ -21,7 +21,8 @@ def test_a_vllm_engine_in_a_ray_worker_plays_what_it_plays_in_process(tmp_path, 
     from evolver.config import Config
     from evolver.config import RoleConfig
     from evolver.harness import make_harness
-    from evolver.loop import ensure_seed, play
+    from evolver.playing import play
+    from evolver.seeding import ensure_seed
 
     monkeypatch.setenv("EVOLVER_HOME", REAL_HOME)  # the embedded model, fetched once
     plugins.load_local(TOY)
