@@ -19,14 +19,15 @@ from evolver.workspace import DB_FILE, open_run, open_workspace
 
 
 class Ctx:
-    def __init__(self, config_path: str, overrides: list[str], store: str | None):
+    def __init__(self, config_path: str, overrides: list[str], store: str | None, profile: str | None = None):
         self.config_path, self.overrides, self.store_override = config_path, list(overrides), store
+        self.profile = profile
 
     def config(self, extra: list[str] = ()) -> Config:
         overrides = self.overrides + list(extra)
         if self.store_override:
             overrides.append(f"store={json.dumps(self.store_override)}")
-        return load_config(self.config_path, overrides)
+        return load_config(self.config_path, overrides, profile=self.profile)
 
 
 class EvolverGroup(click.Group):
@@ -53,11 +54,13 @@ _DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 @click.option("--config", "config_path", default="evolver.toml", show_default=True, help="Configuration file.")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a config key (repeatable).")
 @click.option("--store", default=None, help="Workspace folder (default: the config's, 'store').")
+@click.option("--profile", default=None, help="A configuration profile a plugin offers (`evolver plugins` lists "
+              "them), under the config file; default: the installed 'default' profile where there is no file.")
 @click.option("--plugin", "plugin_paths", multiple=True, type=click.Path(),
               help="Load a plugin from a file or folder (docs/plugins.md says what a folder loads).")
 @click.version_option(package_name="evolver")
 @click.pass_context
-def cli(ctx, config_path, overrides, store, plugin_paths):
+def cli(ctx, config_path, overrides, store, profile, plugin_paths):
     """evolver: an LLM agent improves itself on a benchmark."""
     try:
         for path in plugin_paths:
@@ -65,7 +68,7 @@ def cli(ctx, config_path, overrides, store, plugin_paths):
     except EvolverError as exc:
         click.secho(f"error: {exc}", fg="red", err=True)
         sys.exit(2)
-    ctx.obj = Ctx(config_path, overrides, store)
+    ctx.obj = Ctx(config_path, overrides, store, profile)
 
 
 @cli.command()
@@ -79,8 +82,9 @@ def init(obj: Ctx, force):
     if path.exists() and not force:
         click.echo(f"{path} exists (use --force to overwrite); creating the workspace only")
     else:
-        path.write_text(DEFAULT_TOML)
-        click.echo(f"wrote {path}")
+        name = obj.profile or ("default" if "default" in plugins.registries()["profile"].entries else None)
+        path.write_text(plugins.profile_text(name) if name else CORE_TOML)
+        click.echo(f"wrote {path}" + (f" (profile {name!r})" if name else ""))
     config = obj.config()
     with open_run(config, "init", record=False) as run:  # no run row: init is not a run to list or resume
         program = ensure_seed(run)
@@ -89,7 +93,7 @@ def init(obj: Ctx, force):
 
 @cli.command(name="eval")
 @click.option("--benchmark", default=None, help="Benchmark (default: the config's).")
-@click.option("--suite", default=None, help="Benchmark suite option, e.g. twx-easy.")
+@click.option("--suite", default=None, help="The benchmark's suite option (benchmark_options.suite).")
 @click.option("--split", type=click.Choice(["train", "dev", "test"]), default="dev", show_default=True)
 @click.option("--per-category", type=int, default=2, show_default=True, help="Tasks per category (at least 1).")
 @click.option("--program", "program_ref", default="best", show_default=True,
@@ -457,42 +461,14 @@ def report(obj: Ctx, run_id, open_html):
         webbrowser.open(written["html"].resolve().as_uri())
 
 
-DEFAULT_TOML = """\
+CORE_TOML = """\
 # evolver configuration; every key is optional. `evolver --set KEY=VALUE` overrides any of them.
-benchmark = "twx"
-benchmark_options = { suite = "twx-easy" }
+# No installed plugin offers a default profile, so this is the core's own: the zero-dependency
+# `basic` benchmark. `evolver plugins` lists the benchmarks, backends and profiles installed.
+benchmark = "basic"
 store = "store"
-proposers = ["skill-miner"]   # a skill mined from rewards, which the harness follows; add "evoskill" with a bigger model
 
-[loop]
-iterations = 3
-train_per_category = 1
-dev_per_category = 4       # 24 dev tasks on twx-easy: enough for a real +0.2 gain to pass the gate
-test_per_category = 6
-failure_threshold = 0.8
-staged = true              # probe one dev task per category before the whole dev split
-candidates_per_iteration = 3
-frontier_capacity = 3
-objectives = ["score:max", "context_tokens:min", "cost:min"]
-gate = "bootstrap"         # paired test on the dev tasks before admission: bootstrap | sign | none
-gate_level = 0.95
-best_of_n = false          # true: the seed sampled N times (N = candidates) on dev, its best on test, as a
-                           # baseline; it plays more seed episodes than the whole search
-test_frontier = false      # true: every frontier member on test, not only the seed and the best
-selector = "round-robin"
-patience = 3
-max_wall_s = 540           # the search; the final test evaluation and best-of-N come after it
-
-# One backend per role; roles naming the same backend and model share one copy of the weights.
-# auto: vllm where its plugin and a GPU are, else transformers (in-process; the embedded SmolLM2-135M-Instruct
-# unless model = "path/to/hf-folder" or a .gguf file).
 [roles.executor]
-backend = "auto"
-[roles.proposer]
-backend = "auto"
-[roles.builder]
-backend = "auto"
-[roles.judge]
 backend = "auto"
 """
 

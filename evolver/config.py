@@ -42,12 +42,12 @@ class LoopConfig(Strict):
     train_per_category: int = 1
     """Training batch per iteration: this many tasks from each category (a stratified batch)."""
     dev_per_category: int = 4
-    """Validation split size per category; selection sees only this split. 4 x 6 twx-easy categories =
-    24 tasks: enough for a real +0.2 gain to pass the 95% paired gate ~90% of the time (with a per-task
+    """Validation split size per category; selection sees only this split. 24 tasks (4 x 6 categories)
+    are enough for a real +0.2 gain to pass the 95% paired gate ~90% of the time (with a per-task
     spread of 0.3; ``tests/test_gate.py`` simulates it), where 12 tasks pass it ~60% of the time."""
     test_per_category: int = 6
-    """Held-out test split per category, used only for the final report (36 tasks on twx-easy, so the
-    paired best-vs-seed interval is narrower than the dev one that selected the best)."""
+    """Held-out test split per category, used only for the final report (36 tasks over 6 categories, so
+    the paired best-vs-seed interval is narrower than the dev one that selected the best)."""
     failure_threshold: float = 0.8
     """tau: episodes scoring below it are failures (EvoSkill uses 0.8 on a 0..1 score)."""
     staged: bool = True
@@ -184,12 +184,12 @@ class BudgetConfig(Cap):
 class Config(Strict):
     """A run's configuration (``evolver.toml`` plus ``--set`` overrides), validated; every field documented."""
 
-    benchmark: str = "twx"
-    """Benchmark plugin name."""
-    benchmark_options: dict[str, Any] = Field(default_factory=lambda: {"suite": "twx-easy"})
-    """Keyword arguments for the benchmark (twx: suite, games, max_steps, jvm_pool; basic: categories).
-    Checked against the options the benchmark declares before any work. The default, ``suite = "twx-easy"``,
-    is twx's: another benchmark starts from none. Options set for the config file's benchmark are dropped
+    benchmark: str = "basic"
+    """Benchmark plugin name. Where there is no ``evolver.toml``, the installed ``default`` profile (a
+    plugin's ``register_profiles``) names it; without one, the core's zero-dependency ``basic``."""
+    benchmark_options: dict[str, Any] = Field(default_factory=dict)
+    """Keyword arguments for the benchmark: its factory's named parameters (``evolver plugins`` lists
+    them), checked before any work. Options set for the config file's (or profile's) benchmark are dropped
     when an override (``--set benchmark=X``, ``evolver eval --benchmark X``) switches to another one;
     ``--set benchmark_options.KEY=VALUE`` overrides always hold."""
     store: str = "store"
@@ -203,8 +203,8 @@ class Config(Strict):
     """Skills the seed program starts with: names of the skills that ship in the repository's
     ``skills/``, paths to skill folders, or names of the benchmark's skill packs (``skill_packs``: a
     pack's name stands for all its skills, a skill of a pack can be named alone); a plain string is a
-    comma-separated list (``--set seed_skills=twx-experts``). None: the ones the benchmark suggests (its
-    ``seed_skills``; twx: none); []: none. twx's hand-written solvers are the opt-in pack ``twx-experts``."""
+    comma-separated list (``--set seed_skills=PACK``). None: the ones the benchmark suggests (its
+    ``seed_skills``); []: none. A pack of hand-written skills is opt-in, labelled as such in reports."""
     proposers: list[str] = Field(default_factory=lambda: ["skill-miner"])
     """Active proposer plugins; several may run side by side. The default learns from experience with no
     capable model needed (``plugins/experience``'s skill miner: a skill of data mined from the store's
@@ -223,13 +223,6 @@ class Config(Strict):
     """Where episodes play (``[cluster] engine = "ray"``); the default plays them in this process."""
     plugins: dict[str, dict[str, Any]] = Field(default_factory=dict)
     """Per-plugin options, e.g. ``[plugins.evoskill] mode = "single-call"``."""
-
-    @model_validator(mode="before")
-    @classmethod
-    def _default_options_are_twx(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "benchmark_options" not in data and data.get("benchmark", "twx") != "twx":
-            data = {**data, "benchmark_options": {}}  # the default options are twx's, not another benchmark's
-        return data
 
     @field_validator("seed_skills", mode="before")
     @classmethod
@@ -300,10 +293,16 @@ def parse_override(item: str) -> tuple[list[str], Any]:
     return key.strip().split("."), value
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] = (), base: dict | None = None) -> Config:
-    """Read ``evolver.toml`` (when present), apply overrides, validate."""
-    data: dict[str, Any] = dict(base or {})
+def load_config(path: str | Path | None = None, overrides: list[str] = (), base: dict | None = None,
+                profile: str | None = None) -> Config:
+    """Read ``evolver.toml`` (when present), apply overrides, validate. Under the file: ``base`` (a resumed
+    run's recorded configuration), else the profile ``profile`` names, else, where there is no file, the
+    installed ``default`` profile (:func:`profile_data`)."""
     source = "defaults"
+    if base is None and (profile is not None or path is None or not Path(path).exists()):
+        base = profile_data(profile)
+        source = f"profile {profile or 'default'!r}" if base else source
+    data: dict[str, Any] = dict(base or {})
     if path is not None and Path(path).exists():
         source = str(path)
         try:
@@ -330,6 +329,23 @@ def load_config(path: str | Path | None = None, overrides: list[str] = (), base:
         return Config.model_validate(data)
     except ValidationError as exc:
         raise _explain(exc, source) from None
+
+
+def profile_data(name: str | None = None) -> dict:
+    """The configuration of profile ``name`` (a plugin's ``register_profiles``); with no name, of the
+    installed ``default`` profile, or ``{}`` (the core's own defaults) where no plugin offers one."""
+    from evolver import plugins
+
+    if name is None:
+        if "default" not in plugins.registries()["profile"].entries:
+            return {}
+        name = "default"
+    text = plugins.profile_text(name)
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"profile {name!r} (plugin {plugins.get('profile', name).plugin}): not valid TOML: "
+                          f"{exc}") from exc
 
 
 def _merge(a: dict, b: dict) -> dict:

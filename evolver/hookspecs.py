@@ -111,6 +111,17 @@ def register_report_formats(register):
 
 
 @hookspec
+def register_profiles(register):
+    """Register configuration profiles: a whole ``evolver.toml``, a benchmark and a way of running it.
+    The one named ``default`` is the configuration of ``evolver run`` and ``evolver init`` where there is
+    no ``evolver.toml`` (``evolver --profile NAME`` picks another): the core itself names no benchmark.
+
+    :param register: ``register(name, toml, description="")``: ``toml`` is the configuration's text,
+        comments included (``evolver init`` writes it as it is), or a callable that returns it.
+    """
+
+
+@hookspec
 def register_commands(cli):
     """Add click commands to the ``evolver`` CLI.
 

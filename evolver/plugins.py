@@ -39,9 +39,9 @@ GROUP = "evolver"
 FIRST_PARTY = {("benchmark", "twx"): "twx", ("backend", "transformers"): "transformers",
                ("backend", "vllm"): "vllm", ("proposer", "imitation"): "experience",
                ("proposer", "expert-iteration"): "experience", ("proposer", "skill-miner"): "experience",
-               ("proposer", "evoskill"): "evoskill",
+               ("proposer", "evoskill"): "evoskill", ("profile", "default"): "twx",
                ("report_format", "html"): "ui"}
-KINDS = ("benchmark", "backend", "proposer", "trainer", "harness", "selector", "report_format", "cluster")
+KINDS = ("benchmark", "backend", "proposer", "trainer", "harness", "selector", "report_format", "cluster", "profile")
 HOOK_OF = {kind: f"register_{kind}es" if kind.endswith("s") else f"register_{kind}s" for kind in KINDS}
 
 
@@ -318,6 +318,13 @@ def migrations() -> dict[str, list[Callable]]:
 
 def get(kind: str, name: str) -> Entry:
     return registries()[kind].get(name)
+
+
+def profile_text(name: str) -> str:
+    """The configuration text of profile ``name`` (hook ``register_profiles``); :class:`UnknownNameError`
+    listing the known ones."""
+    entry = get("profile", name)
+    return str(entry.factory() if callable(entry.factory) else entry.factory)
 
 
 def make(kind: str, name: str, **options: Any) -> Any:

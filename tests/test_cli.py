@@ -305,9 +305,7 @@ def register_benchmarks(register):
 
 
 def test_eval_benchmark_keeps_the_users_benchmark_options_and_checks_them_first(tmp_path):
-    from evolver.cli import DEFAULT_TOML
-
-    (tmp_path / "evolver.toml").write_text(DEFAULT_TOML)  # twx, with twx's options (suite = "twx-easy")
+    (tmp_path / "evolver.toml").write_text('benchmark = "twx"\nbenchmark_options = { suite = "twx-easy" }\n')
     stepper = tmp_path / "stepper_bench.py"
     stepper.write_text(STEPPER)
     args = ["--plugin", TOY, "--plugin", str(stepper), *ROLES]

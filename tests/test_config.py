@@ -37,7 +37,7 @@ def test_bad_toml_and_missing_file(tmp_path):
 def test_switching_benchmark_drops_the_other_benchmarks_options_but_keeps_the_users(tmp_path):
     from evolver.config import Config
 
-    assert load_config(None).benchmark_options == {"suite": "twx-easy"}  # the default is twx's
+    assert load_config(None).benchmark_options == {"suite": "twx-easy"}  # the default profile is twx's
     assert load_config(None, ["benchmark=basic"]).benchmark_options == {}
     assert Config(benchmark="basic").benchmark_options == {}
     path = tmp_path / "evolver.toml"

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.skipif(shutil.which("java") is None, reason="TextWorldE
 
 def test_embedded_model_plays_twx_and_every_step_is_in_duckdb(tmp_path, monkeypatch):
     monkeypatch.setenv("EVOLVER_HOME", REAL_HOME)  # share the converted model between test runs
-    cfg = Config(store=str(tmp_path / "store"),
+    cfg = Config(store=str(tmp_path / "store"), benchmark="twx",
                  benchmark_options={"suite": "twx-easy", "games": ["twc", "arithmetic"], "max_steps": 3})
     with Store(tmp_path / "store" / "evolver.duckdb") as store:
         run = Run(cfg, store, ProgramRepo(tmp_path / "store"))

@@ -52,19 +52,24 @@ def test_without_plugins_the_default_run_names_the_plugins_to_install(tmp_path, 
     monkeypatch.setenv("EVOLVER_PLUGINS", "")
     monkeypatch.setattr(plugins.importlib.metadata, "entry_points", lambda **_: [])  # a core-only install
     plugins.reset()
+    cfg = load_config(None, [])  # no profile installed: the core's own defaults, which name no benchmark plugin
+    assert (cfg.benchmark, cfg.benchmark_options) == ("basic", {})
     with pytest.raises(UnknownNameError) as err:
-        check_config(load_config(None, []))
+        check_config(cfg)
     msg = str(err.value)
-    assert msg.startswith("unknown benchmark 'twx'; known benchmarks: basic. benchmark 'twx' comes with the "
-                          "evolver-twx plugin, which is not installed: pip install -e plugins/twx "), msg
+    assert msg.startswith("unknown backend 'transformers'; known backends: "), msg
+    assert "comes with the evolver-transformers plugin, which is not installed: pip install -e plugins/transformers" in msg
     assert "pip install -r plugins/requirements.txt" in msg
-    assert "Also unknown: backend 'transformers' (evolver-transformers), proposer 'skill-miner' (evolver-experience)" in msg
+    assert "Also unknown: proposer 'skill-miner' (evolver-experience)" in msg
+    with pytest.raises(UnknownNameError, match="profile 'default' comes with the evolver-twx plugin"):
+        load_config(None, [], profile="default")
     with pytest.raises(UnknownNameError, match="backend 'transformers' comes with the evolver-transformers plugin, "
                                                "which is not installed: pip install -e plugins/transformers"):
         plugins.make("backend", "transformers")
     result = CliRunner().invoke(cli, ["--store", str(tmp_path / "store"), "run"])  # stops before playing
-    assert result.exit_code == 2 and "error: unknown benchmark 'twx'" in result.output, result.output
-    assert "pip install -e plugins/twx" in result.output and "proposer 'skill-miner' (evolver-experience)" in result.output
+    assert result.exit_code == 2 and "error: unknown backend 'transformers'" in result.output, result.output
+    assert "pip install -e plugins/transformers" in result.output
+    assert "proposer 'skill-miner' (evolver-experience)" in result.output
 
 
 def test_an_installed_plugin_left_out_by_evolver_plugins_is_named_so(monkeypatch):

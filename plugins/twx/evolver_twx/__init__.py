@@ -1,4 +1,5 @@
-"""TextWorldExpress for evolver: the ``twx`` benchmark, the default (suites twx-easy and twx-hard).
+"""TextWorldExpress for evolver: the ``twx`` benchmark (suites twx-easy and twx-hard), and the ``default``
+profile that makes it the default run's (``default.toml``: the configuration ``evolver init`` writes).
 
 Text games played through a few shared JVMs (:mod:`evolver_twx.benchmark`). Its seed program carries no
 twx knowledge. The opt-in pack ``twx-experts`` (``packs/twx-experts``: ``arithmetic-word-problems``,
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import shutil
 import sys
+from pathlib import Path
 
 from evolver import hookimpl, make_plugin
 
@@ -17,6 +19,16 @@ from evolver import hookimpl, make_plugin
 __all__: list[str] = []
 
 __version__ = "0.1.0"
+
+
+PROFILE = Path(__file__).with_name("default.toml")
+
+
+@hookimpl
+def register_profiles(register):
+    register("default", PROFILE.read_text, "twx-easy, the embedded model in every role, the skill miner: the "
+             "default run (evolver init writes it)")
+    register("twx-easy", PROFILE.read_text, "the same as 'default'")
 
 
 @hookimpl
