@@ -2,8 +2,8 @@
 through the same hooks a third-party plugin uses. Factories import lazily so ``evolver --help`` stays fast.
 
 Only what needs nothing beyond the core's dependencies is built in: the ``basic`` benchmark and the
-``openai`` and ``scripted`` backends. The default run's engine and benchmark (``transformers``, ``twx``) and
-``vllm`` are first-party plugins under ``plugins/``."""
+``openai`` and ``scripted`` backends. The engines and the benchmarks of the default run are first-party
+plugins under ``plugins/``, and so is the profile that names them."""
 from __future__ import annotations
 
 from evolver.hookspecs import hookimpl

@@ -2,7 +2,7 @@
 
 A benchmark may offer, for a *training* task, a list of actions that solves it
 (:meth:`evolver.benchmarks.base.Benchmark.demonstration`; by default ``Task.gold`` when that is a
-list of actions, as twx's gold paths are). A benchmark without demonstrations offers none, and the
+list of actions, as a text game's gold path is). A benchmark without demonstrations offers none, and the
 proposers that imitate them simply propose nothing.
 
 A demonstration is replayed step by step in its real environment while the program's harness builds

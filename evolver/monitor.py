@@ -19,6 +19,7 @@ sandbox takes away most of the means (evolver/harness_sandbox.py); this monitor 
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,18 +44,42 @@ RULES: tuple[Rule, ...] = (
          "reads objects the harness was not given", code_only=True),
     Rule("gold-field", r"\bgold\b|['\"]go['\"]\s*\+|\banswer_key\b|\bexpected_answer\b",
          "names the gold answer", code_only=True),
-    Rule("benchmark-code", r"\bevolver(?:\.benchmarks|_twx|_reasoning_gym)\b|\btextworld_express\b|\breasoning_gym\b"
-                           r"|\.tasks\s*\(\s*['\"](?:dev|test|train)['\"]",
+    # The installed benchmarks' own packages join this pattern when it is compiled (:func:`_compiled`).
+    Rule("benchmark-code", r"\bevolver\.benchmarks\b|\.tasks\s*\(\s*['\"](?:dev|test|train)['\"]",
          "rebuilds the tasks from the benchmark's code"),
     Rule("store", r"evolver\.duckdb|\bduckdb\b|\bstore/|\.wal\b", "reads the trace store"),
     Rule("protected-path", r"/proc/|/etc/|\.\./|\bos\.environ\b|\bgetenv\b|expanduser", "reads outside its folder"),
     Rule("process", r"\bsubprocess\b|\bos\.(?:system|popen|fork|exec\w*|kill)\b|\bsocket\b|\burllib\b|\brequests\.",
          "starts processes or opens connections", code_only=True),
-    Rule("evaluator", r"\bevolver\.(?:checks|loop|evaluate|store|frontier|gate|sandbox|harness_sandbox)\b"
+    Rule("evaluator", r"\bevolver\.(?:checks|loop|evaluate|lockstep|playing|final|store|frontier|gate|sandbox\w*"
+                      r"|harness_sandbox|budget|models)\b"
                       r"|\bHARNESS_CALL_S\b|\baudit_\w+",
          "reaches into the evaluator"),
 )
-_COMPILED = [(rule, re.compile(rule.pattern)) for rule in RULES]
+
+
+def _compiled() -> list[tuple[Rule, re.Pattern]]:
+    """The rules compiled, the benchmark-code rule with the top-level package of every installed
+    benchmark plugin's factory (its code: a candidate has no business importing it), so the core names
+    no benchmark."""
+    return _compile(_benchmark_packages())
+
+
+@functools.lru_cache(maxsize=8)
+def _compile(packages: tuple[str, ...]) -> list[tuple[Rule, re.Pattern]]:
+    extra = "".join(rf"|\b{re.escape(p)}\b" for p in packages)
+    return [(rule, re.compile(rule.pattern + (extra if rule.name == "benchmark-code" else ""))) for rule in RULES]
+
+
+def _benchmark_packages() -> tuple[str, ...]:
+    from evolver import plugins
+
+    try:
+        entries = plugins.registries()["benchmark"].entries.values()
+    except Exception:  # a broken plugin is reported where it is used, not by the monitor
+        return ()
+    return tuple(sorted({(getattr(e.factory, "__module__", None) or "").split(".")[0] for e in entries}
+                        - {"", "evolver"}))
 
 
 @dataclass(frozen=True)
@@ -72,7 +97,7 @@ def scan(root: Path, parent_root: Path | None = None) -> list[Flag]:
     """Every added line (relative to ``parent_root``'s same file) of the harness and the skills that
     matches a rule, in file order."""
     root = Path(root)
-    flags = []
+    flags, compiled = [], _compiled()
     for path in _files(root):
         rel = path.relative_to(root).as_posix()
         before = (Path(parent_root) / rel) if parent_root else None
@@ -80,7 +105,7 @@ def scan(root: Path, parent_root: Path | None = None) -> list[Flag]:
         new = path.read_text(errors="replace").splitlines()
         code = path.suffix in CODE_SUFFIXES
         for number in _added(old, new):
-            for rule, rx in _COMPILED:
+            for rule, rx in compiled:
                 if (code or not rule.code_only) and rx.search(new[number]):
                     flags.append(Flag(rel, number + 1, rule.name, new[number]))
                     break
@@ -188,7 +213,7 @@ _CODE_LIKE = re.compile(r"[()\[\]{}=;]|\bimport\b")
 
 def flag_text(text: str, code: bool = False) -> list[str]:
     """The rules ``text`` matches: all of them for code, the ones that hold in prose otherwise."""
-    return [rule.name for rule, rx in _COMPILED if (code or not rule.code_only) and rx.search(text)]
+    return [rule.name for rule, rx in _compiled() if (code or not rule.code_only) and rx.search(text)]
 
 
 class StepMonitor:

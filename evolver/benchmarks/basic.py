@@ -1,4 +1,4 @@
-"""``basic``: a zero-dependency benchmark, the fallback when Java (and so twx) is missing.
+"""``basic``: a zero-dependency benchmark, the fallback when a benchmark plugin's engine is missing.
 
 Three seeded generators; every task is a pure function of (category, seed), so ids are stable.
 
