@@ -1,7 +1,8 @@
 """Skills mined from experience: the store's steps turned into a skill of data and an observe script.
 
 No model writes anything here. A *case* is one step of a training episode: the state it was taken in
-(the task's first words, the observation before it, the action before it), the action, and its value:
+(the task's first words, the observation before it, the action before it, the words the episode had
+read before that its opening did not say), the action, and its value:
 +1 when the step raised the score (``Step.reward``, the running score, went up), -1 when it lowered
 it; any other step of an episode that was won is worth +0.5 when the next step was rewarded, halved
 for each step further from a reward (the moves between two rewards: opening what holds the thing to
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evolver import Episode, SkillCaps, Skills, Task
-from evolver_experience.notes.observe import TEXT_CHARS, codes, task_text
+from evolver_experience.notes.observe import TEXT_CHARS, codes, memory, task_text
 
 OBSERVE = Path(__file__).with_name("notes") / "observe.py"
 DATA_FILE = "cases.json.gz"
@@ -41,6 +42,7 @@ class Case:
     action: str
     value: float
     codes: str  # where each word of the action comes from in its state (observe.codes)
+    memory: str = ""  # what the episode had read before that its opening did not say (observe.memory)
 
 
 def episode_cases(episode: Episode, limit: int | None = None, first: str = "") -> list[Case]:
@@ -67,7 +69,7 @@ def episode_cases(episode: Episode, limit: int | None = None, first: str = "") -
         if value:
             state = (head, obs[:TEXT_CHARS], prev, " ".join(earlier[:-1]))
             out.append(Case(task_text(head), obs[:TEXT_CHARS], prev, step.action, value,
-                            codes(step.action, state)))
+                            codes(step.action, state), memory(head, state[3])))
         score, obs, prev = rewards[i], step.observation or "", step.action
         earlier.append(obs)
     return out
@@ -100,12 +102,12 @@ def merge(*groups: list[Case]) -> list[Case]:
     codes_of: dict[tuple, str] = {}
     for group in groups:
         for c in group:
-            key = (c.task, c.obs, c.prev, c.action)
+            key = (c.task, c.obs, c.prev, c.action, c.memory)
             if key not in seen:
                 seen[key], codes_of[key] = [], c.codes
                 order.append(key)
             seen[key].append(c.value)
-    return [Case(*k, round(sum(seen[k]) / len(seen[k]), 3), codes_of[k]) for k in order
+    return [Case(*k[:4], round(sum(seen[k]) / len(seen[k]), 3), codes_of[k], k[4]) for k in order
             if abs(sum(seen[k])) > EPS]
 
 
@@ -114,13 +116,15 @@ def encode(cases: list[Case]) -> dict:
 
     def ix(text: str) -> int:
         return texts.setdefault(text, len(texts))
-    rows = [[ix(c.task), ix(c.obs), ix(c.prev), ix(c.action), c.value, c.codes] for c in cases]
-    return {"version": 1, "texts": list(texts), "cases": rows}
+    rows = [[ix(c.task), ix(c.obs), ix(c.prev), ix(c.action), c.value, c.codes, ix(c.memory)] for c in cases]
+    return {"version": 2, "texts": list(texts), "cases": rows}
 
 
 def decode(data: dict) -> list[Case]:
+    """The cases of :func:`encode`'s data (version 1, before cases held their memory, reads too)."""
     t = data["texts"]
-    return [Case(t[a], t[b], t[c], t[d], float(v), str(k)) for a, b, c, d, v, k in data["cases"]]
+    return [Case(t[r[0]], t[r[1]], t[r[2]], t[r[3]], float(r[4]), str(r[5]), t[r[6]] if len(r) > 6 else "")
+            for r in data["cases"]]
 
 
 def packed(cases: list[Case], limit: int = DATA_BYTES) -> tuple[bytes, list[Case]]:

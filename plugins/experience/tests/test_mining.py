@@ -137,7 +137,25 @@ def data_of(cases):
 
 def case(task, obs, prev, action, value, earlier=""):
     state = (task, obs, prev, earlier)
-    return mining.Case(observe.task_text(task), obs, prev, action, value, observe.codes(action, state))
+    return mining.Case(observe.task_text(task), obs, prev, action, value, observe.codes(action, state),
+                       observe.memory(task, earlier))
+
+
+def test_what_the_episode_read_earlier_tells_two_alike_states_apart():
+    task = "Cook the dish the recipe in the book asks for. There are an oven and a stove."
+    # the same latest observation and last action; only the recipe read before differs
+    cases = [case(task, "You take the onion.", "take onion", "cook onion in oven", 1.0, "Recipe: roast the onion."),
+             case(task, "You take the onion.", "take onion", "cook onion in stove", 1.0, "Recipe: fry the onion.")]
+    data = data_of(cases)
+    actions = ["cook pepper in stove", "cook pepper in oven"]
+    for verb, where in (("roast", "oven"), ("fry", "stove")):
+        text = f"{task}\n\nA kitchen.\n> read book\nRecipe: {verb} the pepper.\n> take pepper\nYou take the pepper."
+        assert observe.memory(task, observe.parse(text)[3]).split() == [verb, "pepper"]
+        assert next_move(observe.note(text, actions, data)) == f"cook pepper in {where}"
+    # a skill mined before cases held their memory still reads (and ties, as it did)
+    old = mining.encode(cases)
+    old["cases"] = [row[:6] for row in old["cases"]]
+    assert [c.memory for c in mining.decode(old)] == ["", ""]
 
 
 def test_one_state_that_matches_exactly_outvotes_many_that_share_only_the_task():

@@ -4,8 +4,9 @@ this one, the actions taken there, and whether they raised or lowered the score.
 Written by evolver's skill miner (``evolver_experience.mining``) into a skill folder beside
 ``cases.json.gz``; it knows nothing of any benchmark. Reads the episode so far on stdin (the task, then
 each action as ``> action`` and what came back) and, with ``--actions JSON``, the valid actions of this
-step. A state is three texts: the task (its first words), the latest observation and the last action;
-each is a bag of words compared by cosine, and their weighted sum finds the nearest cases. Every valid
+step. A state is four texts: the task (its first words), the latest observation, the last action and
+the episode's memory (the words its earlier observations held that its opening did not: the recipe read
+three moves ago); each is a bag of words compared by cosine, and their weighted sum finds the nearest cases. Every valid
 action then scores the sum over those cases of (weight x value x how alike the two actions are), a
 case's weight falling sharply with its distance from the nearest one's similarity,
 where a case's value is +1 when its action raised the score, -1 when it lowered it, and up to +0.5
@@ -26,7 +27,8 @@ DATA = Path(__file__).resolve().parent.parent / "cases.json.gz"
 WORD = re.compile(r"[a-z0-9]+")
 TASK_WORDS = 60  # the task's first words: the instructions, before any room or inventory it lists
 TEXT_CHARS = 400  # an observation's share of a state
-WEIGHTS = (0.25, 0.45, 0.30)  # task, observation, last action
+WEIGHTS = (0.25, 0.45, 0.30, 0.5)  # task, observation, last action, what the episode has read (memory)
+MEMORY_WORDS = 80  # the words of a state's memory (:func:`memory`), at most
 MIN_SIMILARITY = 0.5  # a state less alike than this is no evidence
 NEIGHBOURS = 12
 # A neighbour's vote falls by e^-SHARPNESS per unit of similarity below the nearest one's: one state
@@ -86,6 +88,18 @@ def parse(transcript: str) -> tuple:
     return parts[0], said[:TEXT_CHARS], action.strip(), earlier
 
 
+def memory(task: str, earlier: str) -> str:
+    """What the episode has read that its opening did not say: the distinct words of its earlier
+    observations that the task's text lacks (a recipe read three moves ago, what a container held),
+    in the order first seen. Two states with the same latest observation differ by what came before."""
+    known = set(WORD.findall(task.lower()))
+    out: dict = {}
+    for w in WORD.findall(earlier.lower()):
+        if w not in known and not w.isdigit() and len(out) < MEMORY_WORDS:
+            out.setdefault(w, None)
+    return " ".join(out)
+
+
 def load(path: Path = DATA) -> dict:
     with gzip.open(path, "rt") as fh:
         return loaded(json.load(fh))
@@ -101,8 +115,10 @@ def loaded(data: dict) -> dict:
 
 def neighbours(data: dict, state: tuple) -> list:
     """[(similarity, case)] of the nearest cases, best first."""
-    qs = [bag(task_text(state[0])), bag(state[1]), bag(state[2])]
+    qs = [bag(task_text(state[0])), bag(state[1]), bag(state[2]),
+          bag(memory(state[0], state[3] if len(state) > 3 else ""))]
     qn = [norm(b) for b in qs]
+    w_mem = WEIGHTS[3]
     bags, norms = data["bags"], data["norms"]
     memo: dict = {}
 
@@ -116,6 +132,8 @@ def neighbours(data: dict, state: tuple) -> list:
     for case in data["cases"]:
         task, obs, prev = case[0], case[1], case[2]
         s = WEIGHTS[0] * sim(0, task) + WEIGHTS[1] * sim(1, obs) + WEIGHTS[2] * sim(2, prev)
+        if w_mem and len(case) > 6:
+            s = (s + w_mem * sim(3, case[6])) / (1.0 + w_mem)
         if s >= MIN_SIMILARITY:
             scored.append((s, case))
     scored.sort(key=lambda x: -x[0])
