@@ -31,7 +31,7 @@ from grpo_learning import EASY, start_from  # noqa: E402  (the GRPO curve's task
 def sample(run, args) -> tuple[int, float]:
     """``--group`` sampled answers of the seed program to every training question, stored; (episodes, mean score)."""
     from evolver import evaluate_many
-    from evolver_grpo.engines import RolloutBackend, make_engine
+    from evolver_training.engines import RolloutBackend, make_engine
 
     engine = make_engine(run)
     ctx = run.context(run.repo.checkout(args.program))

@@ -39,7 +39,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=400, help="prompt tokens per row")
     ap.add_argument("--max-tokens", type=int, default=24, help="tokens decoded per request")
     args = ap.parse_args()
-    from evolver_grpo.logprobs import completion_logprobs
+    from evolver_training.logprobs import completion_logprobs
 
     rows = {}
     for dtype in ("fp32", "bf16"):

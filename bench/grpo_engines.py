@@ -129,7 +129,7 @@ def make_engine(variant: str, folder: str, device: str, max_batch: int):
 def run_variant(variant: str, batches: list[int], tokens: int, greedy_batch: int, device: str, outdir: str) -> dict:
     import torch
 
-    from evolver_grpo.logprobs import completion_logprobs
+    from evolver_training.logprobs import completion_logprobs
     from evolver_transformers.embedded import embedded_model_dir
 
     folder = str(embedded_model_dir())

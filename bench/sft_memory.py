@@ -24,7 +24,7 @@ def build_samples(out: Path, per_category: int) -> dict:
     """The SFT trainer's own samples (gold replayed through the seed harness, skills seeded)."""
     from evolver import open_run
     from evolver.config import Config
-    from evolver_skillrl.sft import SFTTrainer
+    from evolver_skillrl.sft import SkillSFTTrainer as SFTTrainer
 
     tmp = Path(tempfile.mkdtemp(prefix="evolver-bench-"))
     cfg = Config(store=str(tmp), benchmark_options={"suite": "twx-easy"},
@@ -41,8 +41,8 @@ def child(path: Path, micro: int, batch: int, steps: int) -> None:
     import torch
 
     from evolver_transformers.backend import TransformersBackend
-    from evolver_skillrl.options import load_sft
-    from evolver_skillrl.sft import SFTSample, SFTTrainer
+    from evolver_training.options import load_sft
+    from evolver_training.sft import SFTSample, SFTTrainer
 
     samples = [SFTSample(s["prompt"], s["completion"], "") for s in json.loads(path.read_text())]
     longest = sorted(samples, key=lambda s: -len(s.prompt_ids))[:batch]
@@ -50,7 +50,11 @@ def child(path: Path, micro: int, batch: int, steps: int) -> None:
     trainer = SFTTrainer.__new__(SFTTrainer)  # the trainer's step alone: no run, no data preparation
     trainer.cfg = load_sft({"micro_batch": micro, "batch_size": batch})
     trainer.model, trainer.history, trainer.progress = backend.hf_model, [], lambda row: None
-    trainer.opt = torch.optim.AdamW(trainer.model.parameters(), lr=trainer.cfg.lr)
+    from evolver_training import Optimiser, Parallel
+
+    trainer.par = Parallel.from_env(trainer.cfg.parallel)
+    trainer.opt = Optimiser(trainer.model.parameters(), lr=trainer.cfg.lr, max_grad_norm=trainer.cfg.max_grad_norm,
+                            clip=trainer.par.clip_grad_norm, total=steps)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     times = []
     for n in range(steps):

@@ -1,4 +1,4 @@
-"""Training steps with shared prompt prefixes run once (``evolver_grpo.logprobs``, ``share``) vs every
+"""Training steps with shared prompt prefixes run once (``evolver_training.logprobs``, ``share``) vs every
 sample in a row of its own, side by side, on the embedded SmolLM2-135M:
 
 - **SFT** on twx-easy gold steps as ``evolver train --sft`` renders them (seeded skill bank, seed
@@ -32,8 +32,8 @@ CONFIGS = {"shuffled samples, own rows": {"batch_by": "sample", "share_prefix": 
 
 
 def computed_tokens(batch, rows: int, share: int) -> int:
-    from evolver_grpo.logprobs import prefix_groups
-    from evolver_skillrl.sft import micro_batches
+    from evolver_training.logprobs import prefix_groups
+    from evolver_training.sft import micro_batches
 
     total = 0
     for mb in micro_batches(batch, rows, share):
@@ -50,7 +50,7 @@ def sft_child(name: str, steps: int, per_category: int) -> dict:
     sys.path.insert(0, str(HERE))
     from action_modes import seed_workspace  # a sibling script
 
-    from evolver_skillrl.sft import SFTTrainer
+    from evolver_skillrl.sft import SkillSFTTrainer as SFTTrainer
 
     with seed_workspace() as (_, run, _):
         trainer = SFTTrainer(run, {"per_category": per_category, "save_every": 0, **CONFIGS[name]})
@@ -74,7 +74,7 @@ def grpo_child(share: int, group: int, prompt_len: int, new: int) -> dict:
     from transformers import AutoModelForCausalLM
 
     from evolver_transformers.embedded import embedded_model_dir
-    from evolver_grpo.logprobs import completion_logprobs
+    from evolver_training.logprobs import completion_logprobs
 
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(embedded_model_dir(), dtype=torch.float32)

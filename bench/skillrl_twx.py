@@ -53,7 +53,7 @@ def make_run(args, label: str):
 def condition(args, name: str) -> dict:
     from evolver_grpo.trainer import GRPOTrainer
     from evolver_skillrl.bank import counts, load_bank
-    from evolver_skillrl.sft import SFTTrainer
+    from evolver_skillrl.sft import SkillSFTTrainer as SFTTrainer
     from evolver_skillrl.trainer import SkillRLTrainer
 
     label = f"{'sft-' if args.sft else ''}{name}"

@@ -67,8 +67,7 @@ class ExpertIterationProposer:
         """The kept episodes (with their steps) and counts for the hypothesis. ``program``: what plays
         (default the parent), on the parent's weights."""
         from evolver import evaluate_many
-        from evolver_grpo import RolloutBackend
-        from evolver_skillrl import demo_tasks
+        from evolver_training import RolloutBackend, demo_tasks
 
         run, cfg, parent = self.run, self.cfg, program or ctx.parent
         tasks = demo_tasks(run.benchmark, cfg.first_task, cfg.tasks_per_category)

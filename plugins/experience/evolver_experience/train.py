@@ -12,9 +12,9 @@ from evolver import ConfigError, plugin_options
 
 def split_options(own_model, raw: dict, section: str, sft_defaults: dict | None = None) -> tuple:
     """``[plugins.<section>]`` holds the proposer's own keys and any cold-start SFT key
-    (``evolver_skillrl.options.SFTOptions``: lr, epochs, batch_size, train_layers, ...);
+    (``evolver_training.SFTOptions``: lr, epochs, batch_size, train_layers, ...);
     ``sft_defaults`` are the proposer's own defaults for the latter."""
-    from evolver_skillrl import SFTOptions, load_sft
+    from evolver_training import SFTOptions, load_sft
 
     raw = {**(sft_defaults or {}), **dict(raw or {})}
     own = {k: v for k, v in raw.items() if k in own_model.model_fields}
@@ -24,7 +24,7 @@ def split_options(own_model, raw: dict, section: str, sft_defaults: dict | None 
         known = sorted(set(own_model.model_fields) | set(SFTOptions.model_fields))
         raise ConfigError(f"[plugins.{section}]: unknown key(s) {unknown}; known keys: {', '.join(known)}")
     cfg = plugin_options(own_model, own, section)
-    load_sft(rest)  # fail at start-up on a bad SFT option, not mid-run
+    load_sft(rest, section=section)  # fail at start-up on a bad SFT option, not mid-run
     return cfg, rest
 
 
@@ -42,12 +42,12 @@ def lineage(run, program_id: str) -> list[dict]:
 def train_from(loop_run, parent, iteration: int, operator: str, sft_options: dict, episodes=None) -> dict:
     """SFT from ``parent``'s weights; returns the trainer's summary (``checkpoint``: a folder relative
     to the workspace). ``episodes``: the training trajectories (else the demonstrations SFT picks)."""
-    from evolver_skillrl import SFTTrainer
+    from evolver_training import SFTTrainer
 
     start = loop_run.checkpoint_of(parent)
     train_id = f"{loop_run.id}-{operator}-it{iteration}"
     train_run = loop_run.training_run(parent, train_id)
-    opts = {"seed_bank": False, "write_choice": False, **sft_options, "program": parent.id, "commit": False}
+    opts = {"write_choice": False, **sft_options, "program": parent.id, "commit": False}
 
     def show(row: dict) -> None:
         loop_run.status = f"iteration {iteration}: {operator} step {row['step']} loss {row['loss']:.3f}"

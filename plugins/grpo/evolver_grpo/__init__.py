@@ -9,19 +9,12 @@ from evolver import hookimpl, lazy_names
 
 __version__ = "0.1.0"
 
-#: What other plugins may use (``from evolver_grpo import make_engine``), and where each lives: module, or
-#: ``module:attribute`` when the public name differs. SFT, DPO and SKILLRL's trainer train through these.
+#: What other plugins may use (``from evolver_grpo import GRPOTrainer``), and where each lives. The
+#: machinery every trainer shares (engines, log-probs, the optimiser step, checkpoints) is
+#: ``evolver_training``'s; SKILLRL's trainer is GRPO with its bank.
 _API: dict[str, str] = {
-    # the policy being trained, and the engine that plays rollouts with its current weights
-    **dict.fromkeys(["RolloutBackend", "make_engine", "learner_only"], "evolver_grpo.engines"),
-    # log-probs of completion tokens under the policy
-    **dict.fromkeys(["completion_logprobs", "prefix_groups", "split_model"], "evolver_grpo.logprobs"),
-    "Parallel": "evolver_grpo.parallel",  # one process, or a rank under torchrun (DDP / FSDP)
     "GRPOTrainer": "evolver_grpo.trainer",
     "GRPOConfig": "evolver_grpo.config",  # [plugins.grpo]
-    # checkpoints: HF folders in the workspace, and the trainer state resuming needs
-    "save_checkpoint": "evolver_grpo.checkpoint:save",
-    **dict.fromkeys(["save_and_commit", "write_state", "latest_state", "load_weights"], "evolver_grpo.checkpoint"),
 }
 __all__ = list(_API)
 

@@ -69,7 +69,7 @@ class GRPOConfig(BaseModel):
     logprob_chunk: int = 1024  # completion positions per LM-head chunk
     autocast: bool | None = None  # bf16 autocast (fp32 master weights); None: where bf16 is native
     gradient_checkpointing: bool = False
-    # under torchrun / accelerate launch (evolver_grpo.parallel): "ddp" keeps a whole model per rank,
+    # under torchrun / accelerate launch (evolver_training.parallel): "ddp" keeps a whole model per rank,
     # "fsdp" shards weights, gradients and optimizer state over the ranks (a model too big for one device)
     parallel: Literal["ddp", "fsdp"] = "ddp"
 

@@ -10,7 +10,7 @@ Two kinds (``critic`` option):
   of the policy's starting weights, as critics are usually initialised) with its own ``Linear``. Twice
   the memory of the policy's weights, and a forward of its own, but the critic never disturbs the policy.
 
-Hidden states come from the same prefix-sharing machinery as the log-probs (:mod:`evolver_grpo.logprobs`),
+Hidden states come from the same prefix-sharing machinery as the log-probs (:mod:`evolver_training.logprobs`),
 so samples sharing a prompt prefix run it once here too.
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ import copy
 
 import torch
 
-from evolver_grpo.logprobs import completion_hidden, split_model  # noqa: F401 (completion_hidden: re-exported)
+from evolver_training import completion_hidden, split_model  # noqa: F401 (completion_hidden: re-exported)
 from evolver_transformers import use_autocast
 
 KINDS = ("head", "model")

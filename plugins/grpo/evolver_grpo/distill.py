@@ -44,8 +44,7 @@ from torch.utils.checkpoint import checkpoint
 
 from evolver import Message, Trainer, evaluate_many, summarize
 from evolver_grpo.distill_config import DistillConfig, load
-from evolver_grpo.engines import RolloutBackend, make_engine
-from evolver_grpo.logprobs import split_model
+from evolver_training import Optimiser, RolloutBackend, make_engine, split_model
 from evolver_transformers import use_autocast
 
 DIVERGENCES = ("forward", "reverse", "jsd")
@@ -72,8 +71,8 @@ def token_divergence(student_logp: torch.Tensor, teacher_logp: torch.Tensor, kin
 
 def completion_hidden(model, prompts: list[list[int]], completions: list[list[int]], share: int = 64) -> torch.Tensor:
     """The trunk's hidden states at the positions predicting each completion token, packed [Σ|c_i|, H]
-    in sample order; samples sharing ``share`` prompt tokens run them once (``evolver_grpo.logprobs``)."""
-    from evolver_grpo.logprobs import completion_hidden as hidden
+    in sample order; samples sharing ``share`` prompt tokens run them once (``evolver_training.logprobs``)."""
+    from evolver_training import completion_hidden as hidden
 
     return hidden(split_model(model)[0], prompts, completions, share=share)
 
@@ -215,8 +214,8 @@ class DistillTrainer(Trainer):
             self.model = get_peft_model(self.model, LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha,
                                                                target_modules=cfg.lora_targets, lora_dropout=0.0))
         self.model.eval()  # no dropout: teacher and student must be the same function
-        self.opt = torch.optim.AdamW([p for p in self.model.parameters() if p.requires_grad], lr=cfg.lr,
-                                     weight_decay=cfg.weight_decay)
+        self.opt = Optimiser([p for p in self.model.parameters() if p.requires_grad], lr=cfg.lr,
+                             weight_decay=cfg.weight_decay, max_grad_norm=cfg.max_grad_norm)
         self.program = run.repo.checkout(cfg.program)
         student, self._tmp = self.program, None
         if cfg.privileged == "skills":
@@ -289,16 +288,14 @@ class DistillTrainer(Trainer):
         if not tokens:
             return out
         batch = sorted(batch, key=lambda b: b[0])  # shared prompt prefixes side by side
-        self.opt.zero_grad(set_to_none=True)
+        self.opt.begin()
         total = 0.0
         for i in range(0, len(batch), cfg.micro_batch):
             per_token = self.divergence(batch[i:i + cfg.micro_batch], grad=True)
             loss = per_token.sum() / tokens
             loss.backward()
             total += float(loss.detach())
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        gn = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
-        self.opt.step()
+        gn = self.opt.finish()
         self.opt.zero_grad(set_to_none=True)
         return {"divergence": total, "grad_norm": float(gn), "tokens": tokens}
 
@@ -335,7 +332,7 @@ class DistillTrainer(Trainer):
 
     def save(self, step: int) -> Path:
         """The weights as an HF folder in the workspace; returns it relative to the workspace."""
-        from evolver_grpo.checkpoint import save
+        from evolver_training import save_checkpoint as save
 
         rel = Path("checkpoints") / self.run.id / f"step-{step}"
         save(self.model, getattr(self.engine.backend, "tokenizer", None), self.run.workspace / rel)

@@ -53,7 +53,7 @@ class DistillConfig(BaseModel):
     micro_batch: int = 8
     """Samples per forward/backward (the teacher's forward runs the same micro-batch, without a graph)."""
     share_prefix: int = 64
-    """Samples sharing this many prompt tokens run them once (0: off); see ``evolver_grpo.logprobs``."""
+    """Samples sharing this many prompt tokens run them once (0: off); see ``evolver_training.logprobs``."""
     logprob_chunk: int = 256
     """Completion positions per LM-head chunk: only a chunk's [positions, vocabulary] logits exist at a time,
     recomputed in the backward pass."""

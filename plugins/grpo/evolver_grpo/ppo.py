@@ -36,12 +36,11 @@ from evolver import EvolverError
 from evolver_grpo import advantages as adv_mod
 from evolver_grpo.critic import Critic, completion_hidden, head_logprobs
 from evolver_grpo.gae import call_rewards, episode_gae, explained_variance, whiten
-from evolver_grpo.logprobs import split_model
 from evolver_grpo.objective import policy_loss, token_weights
-from evolver_grpo.parallel import Parallel
 from evolver_grpo.ppo_config import PPOConfig, load
 from evolver_grpo.samples import Sample
 from evolver_grpo.trainer import GRPOTrainer
+from evolver_training import Optimiser, Parallel, split_model
 
 
 @dataclass
@@ -83,8 +82,8 @@ class PPOTrainer(GRPOTrainer):
         super().setup()
         cfg = self.cfg
         self.critic = Critic.build(cfg.critic, self.model, cfg.critic_model)
-        self.critic_opt = torch.optim.AdamW([p for p in self.critic.parameters() if p.requires_grad],
-                                            lr=cfg.critic_lr, weight_decay=cfg.weight_decay)
+        self.critic_opt = Optimiser([p for p in self.critic.parameters() if p.requires_grad], lr=cfg.critic_lr,
+                                    weight_decay=cfg.weight_decay, max_grad_norm=cfg.max_grad_norm)
 
     # ------------------------------------------------------------------------------- rollouts and rewards
     def _play(self, step: int) -> dict:
@@ -192,11 +191,10 @@ class PPOTrainer(GRPOTrainer):
 
         t0 = time.perf_counter()
         train_policy = len(self.history) >= cfg.critic_warmup  # the critic alone first, if asked
-        critic_params = [p for p in self.critic.parameters() if p.requires_grad]
         keys = ("loss", "kl", "clip_frac", "ratio_mean", "entropy", "value_loss", "value_clip_frac")
         for it in range(cfg.mu):
-            self.opt.zero_grad(set_to_none=True)
-            self.critic_opt.zero_grad(set_to_none=True)
+            self.opt.begin()
+            self.critic_opt.begin()
             agg = dict.fromkeys(keys, 0.0)
             for k, mb in enumerate(mbs):
                 w, a = weights[k].to(dev), adv_mb[k]
@@ -217,11 +215,9 @@ class PPOTrainer(GRPOTrainer):
                 agg["entropy"] += float((ent.detach() * w).sum())
                 agg["value_loss"] += float(vl.detach())
                 agg["value_clip_frac"] += vfrac
-            gn = torch.nn.utils.clip_grad_norm_(self.par.parameters(), cfg.max_grad_norm)
-            cgn = torch.nn.utils.clip_grad_norm_(critic_params, cfg.max_grad_norm)
-            if train_policy or (self.critic.kind == "head" and cfg.critic_trunk_grad):
-                self.opt.step()  # (in a head's warm-up the trunk learns the values only)
-            self.critic_opt.step()
+            # (in a head's warm-up the trunk learns the values only)
+            gn = self.opt.finish(step=train_policy or (self.critic.kind == "head" and cfg.critic_trunk_grad))
+            cgn = self.critic_opt.finish()
             if it == 0:  # the first pass: the state the rollouts came from
                 wsum = float(torch.cat(weights).sum()) or 1.0
                 out.update(loss=agg["loss"], kl=agg["kl"] / wsum, clip_frac=agg["clip_frac"] / wsum,

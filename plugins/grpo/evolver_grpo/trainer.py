@@ -16,7 +16,7 @@ One step:
 Metrics per step go to the ``train_steps`` table; checkpoints are HF folders in the workspace,
 each committed as a program whose manifest ``model`` points at it.
 
-Under ``torchrun`` (``evolver_grpo.parallel``) rank 0 plays the rollouts, computes the advantages and
+Under ``torchrun`` (``evolver_training.parallel``) rank 0 plays the rollouts, computes the advantages and
 hands the batch to the other ranks; every rank computes its share of the micro-batches (3-4), and the
 gradients sum to the whole batch's. Rank 0 alone writes to the workspace.
 """
@@ -33,11 +33,9 @@ import torch
 from evolver import Trainer, evaluate_many, summarize
 from evolver_grpo import advantages as adv_mod
 from evolver_grpo.config import GRPOConfig, load
-from evolver_grpo.engines import RolloutBackend, learner_only, make_engine
-from evolver_grpo.logprobs import completion_logprobs
 from evolver_grpo.objective import policy_loss, token_weights
-from evolver_grpo.parallel import Parallel
 from evolver_grpo.samples import Sample, collect
+from evolver_training import Optimiser, Parallel, RolloutBackend, completion_logprobs, learner_only, make_engine
 
 
 class GRPOTrainer(Trainer):
@@ -87,7 +85,8 @@ class GRPOTrainer(Trainer):
         if cfg.beta > 0 and not cfg.lora:  # LoRA's reference is the same model with adapters off
             self.ref = copy.deepcopy(self.model).requires_grad_(False)
         par.wrap(self.model)
-        self.opt = torch.optim.AdamW(par.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        self.opt = Optimiser(par.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay,
+                             max_grad_norm=cfg.max_grad_norm, clip=par.clip_grad_norm)
         if par.main:
             self._setup_rollouts()
 
@@ -267,7 +266,7 @@ class GRPOTrainer(Trainer):
         wsum = float(weights.sum()) or 1.0
         keys = ("loss", "kl", "clip_frac", "ratio_mean", "entropy")
         for it in range(cfg.mu):
-            self.opt.zero_grad(set_to_none=True)
+            self.opt.begin()
             agg = dict.fromkeys(keys, 0.0)
             for j, (k, real) in enumerate(plan):
                 with self.par.micro_step(last=j == len(plan) - 1):
@@ -287,8 +286,7 @@ class GRPOTrainer(Trainer):
                     agg[key] += st.get(key, 0.0)
                 agg["entropy"] += float((ent * wsplit[k].to(ent.device)).sum())
             agg = dict(zip(keys, self.par.sum([agg[key] for key in keys])))
-            gn = self.par.clip_grad_norm(cfg.max_grad_norm)
-            self.opt.step()
+            gn = self.opt.finish()
             if it == 0:  # report the first pass: the state the rollouts came from
                 out.update(loss=agg["loss"], kl=agg["kl"] / wsum, clip_frac=agg["clip_frac"] / wsum,
                            ratio_mean=agg["ratio_mean"] / wsum, entropy=agg["entropy"] / wsum, grad_norm=float(gn))
@@ -309,7 +307,7 @@ class GRPOTrainer(Trainer):
     def resume_from(self, folder, state: dict) -> int:
         """Load a saved checkpoint (weights, optimizer, RNG, task queue) into the set-up trainer, forget
         the steps the stopped run recorded after it, and return its step."""
-        from evolver_grpo.checkpoint import restore
+        from evolver_training import restore
 
         start = restore(self, folder, state)
         self.run.store.delete_train_steps(self.run.id, after=start)
@@ -320,7 +318,7 @@ class GRPOTrainer(Trainer):
         """Train ``steps`` steps. ``resume=True`` continues this run from its newest checkpoint
         (``save_every`` sets how often one is written): weights, optimizer, RNG and task queue, so
         the remaining steps play the tasks and seeds they would have played."""
-        from evolver_grpo.checkpoint import latest_state, save_and_commit, save_step
+        from evolver_training import latest_state, save_and_commit, save_step
 
         par = self.par  # under torchrun rank 0 alone reads and writes the workspace; the others follow
         if resume and par.on and par.mode == "fsdp":

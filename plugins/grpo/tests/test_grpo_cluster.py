@@ -25,7 +25,7 @@ def local_cluster():
 
 def test_grpo_rollouts_play_on_the_workers_with_each_steps_weights(tmp_path, tiny_dir, local_cluster):
     from evolver.seeding import ensure_seed
-    from evolver_grpo.logprobs import completion_logprobs
+    from evolver_training.logprobs import completion_logprobs
     from evolver_grpo.trainer import GRPOTrainer
 
     plugins.load_local(HERE / "letterbench.py")

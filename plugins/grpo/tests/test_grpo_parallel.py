@@ -1,4 +1,4 @@
-"""Data-parallel GRPO updates (``evolver_grpo.parallel``): two CPU processes (gloo, under torchrun) that
+"""Data-parallel GRPO updates (``evolver_training.parallel``): two CPU processes (gloo, under torchrun) that
 each compute their share of a batch's micro-batches end with the gradient one process computes on the
 whole batch. This file is also the script torchrun runs (``__main__``)."""
 from __future__ import annotations
@@ -48,11 +48,13 @@ def update_grads(mode: str) -> dict[str, torch.Tensor]:
     from evolver_grpo.trainer import GRPOTrainer
 
     trainer = GRPOTrainer(SimpleNamespace(), dict(OPTIONS, parallel=mode))
+    from evolver_training import Optimiser
+
     par = trainer.par
     trainer.model = tiny_model()
     trainer.ref = copy.deepcopy(trainer.model).requires_grad_(False)
     par.wrap(trainer.model)
-    trainer.opt = torch.optim.AdamW(par.parameters(), lr=1e-3)
+    trainer.opt = Optimiser(par.parameters(), lr=1e-3, max_grad_norm=trainer.cfg.max_grad_norm, clip=par.clip_grad_norm)
     grads: dict[str, torch.Tensor] = {}
     step = trainer.opt.step
 
@@ -99,7 +101,7 @@ def test_two_ranks_reach_the_gradient_of_one_process(tmp_path):
 
 
 def test_one_process_schedules_every_micro_batch_unchanged():
-    from evolver_grpo.parallel import Parallel
+    from evolver_training.parallel import Parallel
 
     one = Parallel()
     assert one.schedule(5) == [(k, True) for k in range(5)] and not one.on and one.broadcast("x") == "x"

@@ -10,7 +10,7 @@ from evolver.config import Config, RoleConfig
 from evolver.programs import ProgramRepo
 from evolver.run import Run
 from evolver.store import Store
-from evolver_grpo.logprobs import completion_logprobs
+from evolver_training.logprobs import completion_logprobs
 from evolver_grpo.trainer import GRPOTrainer
 
 HERE = Path(__file__).resolve().parent
@@ -114,7 +114,7 @@ def test_chunked_logprobs_equal_full_softmax_with_pad_equal_to_eos(tiny_dir):
 def test_checkpoint_reloads_with_identical_logprobs(tmp_path, tiny_dir):
     from transformers import AutoModelForCausalLM
 
-    from evolver_grpo.checkpoint import save
+    from evolver_training.checkpoint import save
 
     model = AutoModelForCausalLM.from_pretrained(str(tiny_dir))
     with torch.no_grad():
@@ -245,6 +245,8 @@ def test_resume_continues_where_the_checkpoint_left_off(tmp_path, tiny_dir):
 
 
 def test_an_update_is_the_same_with_shared_prefixes(tmp_path, tiny_dir):
+    from evolver_training import Optimiser
+
     run = make_run(tmp_path, tiny_dir, group_size=4, tasks_per_step=2, beta=0.1, micro_batch=3)
     trainer = GRPOTrainer(run, dict(run.config.plugins["grpo"]))
     trainer.setup()
@@ -257,7 +259,8 @@ def test_an_update_is_the_same_with_shared_prefixes(tmp_path, tiny_dir):
     for share in (0, 8):
         trainer.model.load_state_dict(start)
         # plain SGD: Adam's first step is ~lr * sign(grad), which float rounding flips where grad ~ 0
-        trainer.opt = torch.optim.SGD([p for p in trainer.model.parameters() if p.requires_grad], lr=1.0)
+        trainer.opt = Optimiser([p for p in trainer.model.parameters() if p.requires_grad], lr=1.0,
+                                max_grad_norm=trainer.cfg.max_grad_norm, algorithm=torch.optim.SGD)
         trainer.cfg.share_prefix = share
         out = trainer._update(list(samples))
         after[share] = (out["loss"], {k: v.clone() for k, v in trainer.model.state_dict().items()})

@@ -46,7 +46,7 @@ def run(tmp_path_factory):
 
 
 def test_grpo_step_through_vllm_and_logprob_gap(run):
-    from evolver_grpo.logprobs import completion_logprobs
+    from evolver_training.logprobs import completion_logprobs
     from evolver_grpo.trainer import GRPOTrainer
 
     trainer = GRPOTrainer(run, run.config.plugins["grpo"])
@@ -65,7 +65,7 @@ def test_grpo_step_through_vllm_and_logprob_gap(run):
 
 
 def test_generations_change_after_a_weight_sync(run):
-    from evolver_grpo.engines import VLLMEngine
+    from evolver_training.engines import VLLMEngine
 
     backend = run.backend("executor").inner
     engine = VLLMEngine(backend, str(Path(REAL_HOME) / "models" / "smollm2-135m-instruct"))

@@ -7,7 +7,7 @@ import torch
 from evolver import ConfigError
 from evolver_grpo.critic import Critic, completion_hidden
 from evolver_grpo.gae import call_rewards, episode_gae, explained_variance, gae, whiten
-from evolver_grpo.logprobs import split_model
+from evolver_training.logprobs import split_model
 from evolver_grpo.ppo import PPOTrainer, value_loss
 from evolver_grpo.ppo_config import load
 

@@ -90,7 +90,7 @@ class DPOTrainer(Trainer):
 
     # ---------------------------------------------------------------------------------- set-up
     def setup(self) -> None:
-        from evolver_grpo import make_engine
+        from evolver_training import make_engine
 
         cfg, run = self.cfg, self.run
         torch.manual_seed(cfg.seed)
@@ -122,14 +122,16 @@ class DPOTrainer(Trainer):
         with torch.no_grad():  # the reference: the starting model, once
             self.ref = torch.cat([self.logps(self.data[i:i + cfg.micro_batch])
                                   for i in range(0, len(self.data), cfg.micro_batch)])
-        self.opt = torch.optim.AdamW([p for p in self.model.parameters() if p.requires_grad], lr=cfg.lr,
-                                     weight_decay=cfg.weight_decay)
+        from evolver_training import Optimiser
+
+        self.opt = Optimiser([p for p in self.model.parameters() if p.requires_grad], lr=cfg.lr,
+                             weight_decay=cfg.weight_decay, max_grad_norm=cfg.max_grad_norm)
         per_epoch = -(-len(self.data) // cfg.batch_size)
         self.total_steps = cfg.steps if cfg.steps is not None else per_epoch * cfg.epochs
 
     def logps(self, items: list[TokenPair]) -> torch.Tensor:
         """``[len(items), 2]``: each pair's chosen and rejected sequence log-probs (summed over its turns)."""
-        from evolver_grpo import completion_logprobs
+        from evolver_training import completion_logprobs
 
         cfg = self.cfg
         segs = [(k, side, s) for k, tp in enumerate(items) for side, part in enumerate((tp.chosen, tp.rejected))
@@ -157,7 +159,7 @@ class DPOTrainer(Trainer):
     def step(self, n: int, batch: list[int]) -> dict:
         cfg = self.cfg
         t0 = time.perf_counter()
-        self.opt.zero_grad(set_to_none=True)
+        self.opt.begin()
         sums = {"loss": 0.0, "acc": 0.0, "chosen": 0.0, "rejected": 0.0, "lp_c": 0.0, "lp_r": 0.0}
         for i in range(0, len(batch), cfg.micro_batch):  # gradients accumulate to the whole batch's mean
             idx = batch[i:i + cfg.micro_batch]
@@ -171,8 +173,7 @@ class DPOTrainer(Trainer):
             sums["rejected"] += float(rejected.sum())
             sums["lp_c"] += float(pi[:, 0].detach().sum())
             sums["lp_r"] += float(pi[:, 1].detach().sum())
-        gn = torch.nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad], cfg.max_grad_norm)
-        self.opt.step()
+        gn = self.opt.finish()
         m = {k: v / len(batch) for k, v in sums.items()}
         row = {"step": n, "loss": m["loss"], "reward_acc": m["acc"], "margin": m["chosen"] - m["rejected"],
                "chosen_reward": m["chosen"], "rejected_reward": m["rejected"], "logp_chosen": m["lp_c"],
@@ -211,7 +212,7 @@ class DPOTrainer(Trainer):
             evals.append({"step": n, **self.evaluate()})
         out = {"steps": n, "history": self.history, "evals": evals, "pairs": len(self.data), "dropped": self.dropped}
         rel = Path("checkpoints") / run.id / f"{self.name}-step-{n}"
-        from evolver_grpo import save_checkpoint
+        from evolver_training import save_checkpoint
 
         save_checkpoint(self.model, getattr(self.engine.backend, "tokenizer", None), run.workspace / rel)
         if not cfg.commit:

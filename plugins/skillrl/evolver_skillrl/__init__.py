@@ -6,7 +6,8 @@
   similarity, top-K above δ, within a token budget (:mod:`evolver_skillrl.retrieval`);
 - distillation of trajectories from the trace store by a teacher backend (the policy by default),
   schema-checked with one repair call (:mod:`evolver_skillrl.distill`); gold paths seed the bank;
-- ``evolver train --sft``: cold-start SFT on skill-conditioned gold steps (:mod:`evolver_skillrl.sft`);
+- ``evolver train --sft``: cold-start SFT on skill-conditioned gold steps (:mod:`evolver_skillrl.sft`, the
+  training layer's SFT with a bank seeded first);
 - ``evolver run --proposer skillrl``: recursive bank evolution from failed training trajectories
   (:mod:`evolver_skillrl.proposer`); ``evolver train --skillrl``: GRPO with it (:mod:`evolver_skillrl.trainer`).
 
@@ -20,10 +21,11 @@ from evolver import hookimpl, lazy_names
 
 __version__ = "0.1.0"
 
-#: What other plugins may use (imitation and expert iteration train with SKILLRL's SFT), and where each lives.
+#: What other plugins may use, and where each lives: SKILLRL's cold-start SFT (the training layer's SFT
+#: that seeds a skill bank first).
 _API: dict[str, str] = {
-    **dict.fromkeys(["SFTTrainer", "demo_tasks"], "evolver_skillrl.sft"),
-    **dict.fromkeys(["SFTOptions", "load_sft"], "evolver_skillrl.options"),
+    "SkillSFTTrainer": "evolver_skillrl.sft",
+    "SkillSFTOptions": "evolver_skillrl.options",
 }
 __all__ = list(_API)
 
@@ -57,7 +59,7 @@ def _lazy_trainer(module: str, cls: str, flag: bool):
 
 @hookimpl
 def register_trainers(register):
-    register("sft", _lazy_trainer("evolver_skillrl.sft", "SFTTrainer", flag=True),
+    register("sft", _lazy_trainer("evolver_skillrl.sft", "SkillSFTTrainer", flag=True),
              description="SKILLRL cold-start SFT: skill-conditioned gold steps rendered by the program's harness")
     register("skillrl", _lazy_trainer("evolver_skillrl.trainer", "SkillRLTrainer", flag=True),
              description="SKILLRL: GRPO with the skill bank in every prompt and "

@@ -112,7 +112,7 @@ class SkillRLTrainer(GRPOTrainer):
     def train(self, resume: bool = False) -> dict:
         """``resume=True`` goes on from the newest checkpoint this run saved (``save_every``), with the
         bank, pending evolution and validations it had then."""
-        from evolver_grpo import latest_state, save_and_commit
+        from evolver_training import latest_state, save_and_commit
 
         found = latest_state(self.run.workspace, self.run.id) if resume else None
         if resume and found is None:

@@ -1,4 +1,4 @@
-"""Data-parallel SFT (``evolver_grpo.parallel``): two CPU processes (gloo, under torchrun) that each compute
+"""Data-parallel SFT (``evolver_training.parallel``): two CPU processes (gloo, under torchrun) that each compute
 their share of a batch's micro-batches end with the gradient one process computes on the whole batch;
 and ``torchrun -m evolver train --sft`` runs with rank 0 alone writing. This file is also the script
 torchrun runs for the gradient check (``__main__``)."""
@@ -30,7 +30,7 @@ def tiny_model():
 
 def fixed_batch():
     """Nine samples of uneven lengths (an odd number of micro-batches), some sharing a prompt prefix."""
-    from evolver_skillrl.sft import SFTSample
+    from evolver_training.sft import SFTSample
 
     rng = random.Random(1)
     shared = [rng.randrange(64) for _ in range(12)]
@@ -44,14 +44,18 @@ def fixed_batch():
 
 def step_grads(mode: str) -> dict[str, torch.Tensor]:
     """The trainer's optimizer step (``SFTTrainer.step``) on the fixed batch; the gradient it steps with."""
-    from evolver_skillrl.sft import SFTTrainer, freeze_below
+    from evolver_training.optim import freeze_below
+    from evolver_training.sft import SFTTrainer
 
     trainer = SFTTrainer(SimpleNamespace(config=SimpleNamespace(plugins={})), dict(OPTIONS, parallel=mode))
+    from evolver_training import Optimiser
+
     par = trainer.par
     trainer.model = tiny_model()
     freeze_below(trainer.model, 1)  # frozen and trained weights in one model, as train_layers leaves them
     par.wrap(trainer.model)
-    trainer.opt = torch.optim.AdamW(par.parameters(), lr=1e-3)
+    trainer.opt = Optimiser(par.parameters(), lr=1e-3, max_grad_norm=trainer.cfg.max_grad_norm, clip=par.clip_grad_norm,
+                            total=1)
     trainer.total_steps = 1
     grads: dict[str, torch.Tensor] = {}
     step = trainer.opt.step

@@ -17,16 +17,18 @@ def test_a_lazy_trainer_factory_carries_its_classes_flag(monkeypatch, name, modu
 
 
 def test_the_public_names_load_lazily_and_resolve():
-    """``evolver_skillrl.__all__`` is what other plugins (imitation, expert iteration) use: the package loads
-    no torch until one is asked for."""
+    """``evolver_skillrl.__all__`` is what other plugins may use (its cold-start SFT): the package loads no
+    torch until one is asked for."""
     import subprocess
     import sys
 
     subprocess.run([sys.executable, "-c", "import sys, evolver_skillrl\nassert 'torch' not in sys.modules\n"],
                    check=True)
     import evolver_skillrl
-    from evolver_skillrl.options import load_sft
-    from evolver_skillrl.sft import SFTTrainer
+    from evolver_skillrl.options import SkillSFTOptions
+    from evolver_skillrl.sft import SkillSFTTrainer
+    from evolver_training import SFTOptions, SFTTrainer
 
-    assert evolver_skillrl.SFTTrainer is SFTTrainer and evolver_skillrl.load_sft is load_sft
-    assert sorted(evolver_skillrl.__all__) == ["SFTOptions", "SFTTrainer", "demo_tasks", "load_sft"]
+    assert evolver_skillrl.SkillSFTTrainer is SkillSFTTrainer and evolver_skillrl.SkillSFTOptions is SkillSFTOptions
+    assert sorted(evolver_skillrl.__all__) == ["SkillSFTOptions", "SkillSFTTrainer"]
+    assert issubclass(SkillSFTTrainer, SFTTrainer) and issubclass(SkillSFTOptions, SFTOptions)  # the training layer's

@@ -14,8 +14,9 @@ from evolver.config import RoleConfig
 from evolver.evaluate import run_episodes
 from evolver.types import Message
 from evolver_skillrl.bank import counts, load_bank
-from evolver_grpo.logprobs import prefix_groups
-from evolver_skillrl.sft import SFTSample, SFTTrainer, micro_batches
+from evolver_skillrl.sft import SkillSFTTrainer as SFTTrainer
+from evolver_training.logprobs import prefix_groups
+from evolver_training.sft import SFTSample, micro_batches
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +72,7 @@ def test_sft_trains_on_skill_conditioned_gold_steps_as_the_harness_renders_them(
 
 def test_write_choice_is_committed_once_and_only_where_the_harness_has_the_knob(tmp_path, tiny_dir):
     from evolver.seeding import ensure_seed
-    from evolver_skillrl.sft import commit_write_choice
+    from evolver_training.sft import commit_write_choice
 
     run = sft_run(tmp_path, tiny_dir)
     seed = ensure_seed(run)
@@ -222,7 +223,7 @@ def test_a_stopped_sft_resumes_exactly_and_resume_needs_a_saved_state(tmp_path, 
     run.close()
 
 def test_learning_rate_warms_up_then_follows_the_schedule(tmp_path, tiny_dir):
-    from evolver_skillrl.sft import lr_at
+    from evolver_training.optim import lr_at
 
     peak = 1e-4
     # 10 steps, warm-up over 2: a linear rise that never reaches 0 or overshoots, then the schedule

@@ -53,7 +53,7 @@ def test_the_backend_runs_fp32_on_a_cpu_without_bf16_and_autocasts_with_it(cpu_w
 def test_training_log_probs_resolve_auto_the_same_way(cpu_with, tiny_model_dir, monkeypatch):
     from transformers import AutoModelForCausalLM
 
-    completion_logprobs = pytest.importorskip("evolver_grpo.logprobs").completion_logprobs  # the GRPO plugin's
+    completion_logprobs = pytest.importorskip("evolver_training.logprobs").completion_logprobs  # the training layer's
 
     model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32).eval()
     seen = []

@@ -3,7 +3,7 @@ entropies and gradients as rows of their own, and fewer tokens through the trunk
 import pytest
 import torch
 
-from evolver_grpo.logprobs import completion_logprobs, prefix_groups
+from evolver_training.logprobs import completion_logprobs, prefix_groups
 
 
 @pytest.fixture(scope="module")
