@@ -38,6 +38,8 @@ def finish(run: Run, seed: Program, data: dict) -> dict:
                "frontier": run.frontier.to_dict(), "tokens": dict(run.tokens),
                "spend": run.models.ledger.spend(),
                "wall_s": run.elapsed(), "iterations": run.iteration + 1,
+               "plan": run.plan,
+               "episodes_stored": run.store.query("SELECT count(*) FROM episodes WHERE run_id = ?", [run.id])[1][0][0],
                "hand_written": hand_written_programs(run.repo, ids)}
     scores = {ev.program_id: v["score"] for ev, v in zip(evals, values)}
     pairs = {"best_vs_seed": (best, SEED_ID)}

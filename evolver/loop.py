@@ -30,7 +30,8 @@ from evolver.evaluate import run_episodes, sample_stratified, summarize
 from evolver.final import finish
 from evolver.frontier import Frontier, Objective
 from evolver.gate import compare
-from evolver.playing import (baseline_jobs, episodes_per_task, evaluate_programs, executor, per_task, play,
+from evolver.playing import (baseline_jobs, episodes_per_task, evaluate_programs, executor, per_task, plan_line,
+                             planned, play,
                              progress_status, splits, tries)
 from evolver.proposers import Draft, ProposeContext
 from evolver.run import Run
@@ -54,6 +55,7 @@ def run_loop(run: Run) -> dict:
         if row["status"] == "proposed":  # built by an iteration that was killed: it will be redone
             run.store.update_proposal(row["proposal_id"], "abandoned", "the run was stopped before its evaluation")
     start = run.store.last_finished_iteration(run.id) + 1
+    run.plan = planned(run, data)
     if start > 0:
         last = next(r for r in run.store.iterations(run.id) if r["iteration"] == start - 1)
         run.frontier = Frontier.from_dict(last["summary"]["frontier"])
@@ -61,6 +63,7 @@ def run_loop(run: Run) -> dict:
         run.started -= before  # the wall-time budget counts the work done before the stop, not the pause
         run.log(f"resuming run {run.id} at iteration {start} ({before:.0f}s of work before the stop)")
     else:
+        run.log(plan_line(run.plan))
         (ev,), (values,), _ = evaluate_programs(run, [seed], data["dev"], "dev", -1)
         run.frontier.consider(SEED_ID, ev.metrics(), -1, per_task=values)
         run.store.add_frontier_event(run.id, -1, SEED_ID, "seed", ev.metrics(), "the seed program")

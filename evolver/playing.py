@@ -104,6 +104,39 @@ def progress_status(run: Run, label: str):
         run.status = f"{label} {done}/{total}"
     return show
 
+def planned(run: Run, data: dict) -> dict:
+    """The most the loop itself will play under this configuration, said before it starts: episodes of
+    the seed's dev evaluation, of every iteration (the parent's rollouts, each candidate's smoke episode
+    and its whole dev split, as if no probe stopped it), of the final test (the seed and the best, or
+    the frontier) and of the best-of-N baseline; and the model calls they can make, each episode up to
+    its step limit. What proposers play themselves (a miner's demonstrations, a trainer's rollouts) is
+    not counted: a proposer's plugin spends it."""
+    cfg, bench = run.config.loop, run.benchmark
+    k = episodes_per_task(run)
+    dev, test = len(data["dev"]) * k, len(data["test"]) * k
+    rollouts = min(len(data["train"]), cfg.train_per_category * max(1, len(bench.categories)))
+    iteration = rollouts + cfg.candidates_per_iteration * (1 + dev)
+    finals = 1 + (cfg.frontier_capacity if cfg.test_frontier else 1)
+    tried = cfg.iterations * cfg.candidates_per_iteration
+    baseline = (tried * len(data["dev"]) + len(data["test"])) if cfg.best_of_n else 0
+    parts = {"seed dev": dev, "iterations": cfg.iterations * iteration, "final test": finals * test,
+             "best-of-N": baseline}
+    limit = max(1, getattr(bench, "max_steps", 1) or 1)
+
+    def steps(tasks) -> int:
+        return max((t.max_steps or limit for t in tasks), default=limit)
+    calls = (dev + finals * test + baseline) * max(steps(data["dev"]), steps(data["test"])) + \
+        cfg.iterations * iteration * max(steps(data["train"]), steps(data["dev"]))
+    return {"episodes": sum(parts.values()), "parts": {k: v for k, v in parts.items() if v}, "calls": calls}
+
+
+def plan_line(plan: dict) -> str:
+    """What :func:`planned` says, as the run prints it before it starts."""
+    parts = ", ".join(f"{k} {v}" for k, v in plan["parts"].items())
+    return (f"plan: at most {plan['episodes']} episodes played by the loop ({parts}) and "
+            f"{plan['calls']} model calls; proposers' own episodes are theirs")
+
+
 def tries(run: Run) -> int:
     """Candidates that played dev so far, the ones stopped after the probe included: each was a try."""
     return sum(r["status"] in ("admitted", "discarded") for r in run.store.proposals(run.id))

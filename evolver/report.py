@@ -81,6 +81,18 @@ def spend_note(spend: dict | None) -> str:
     return f" ({spend['calls']} calls{cost})"
 
 
+def plan_lines(summary: dict) -> list[str]:
+    """What the run said it would play at most before it started, beside what it stored."""
+    plan = summary.get("plan")
+    if not plan:
+        return []
+    parts = ", ".join(f"{k} {v}" for k, v in plan["parts"].items())
+    return ["", "## Plan", "", f"Before it started the run said the loop would play at most {plan['episodes']} "
+            f"episodes ({parts}) with at most {plan['calls']} model calls. It stored "
+            f"{summary.get('episodes_stored', 0)} episodes (a proposer's own included; an episode the cache "
+            "already held is not stored again)."]
+
+
 def _row(name: str, m: dict) -> str:
     return f"| {name} | {m['score']:.3f} | {m['success']:.3f} | {m['context_tokens']:.0f} | {m['cost']:.0f} |"
 
@@ -156,6 +168,7 @@ def render(run, summary: dict) -> str:
     lines += judge_lines(run)
     lines += ["", "## Tokens", ""] + [f"- {role}: {n}{spend_note((summary.get('spend') or {}).get(role))}"
                                       for role, n in sorted(summary["tokens"].items())]
+    lines += plan_lines(summary)
     for r in rows:
         if r["status"] == "admitted":
             diff = run.repo.diff(r["parent_id"], r["candidate_id"])

@@ -540,3 +540,22 @@ def test_the_final_test_plays_the_seed_and_the_best_unless_asked_for_the_whole_f
     assert tested(["p0002", "seed", "p0001"], "p0001", False) == ["seed", "p0001"]
     assert tested(["p0002", "seed", "p0001"], "p0001", True) == ["seed", "p0002", "p0001"]
     assert tested(["seed"], "seed", False) == ["seed"]  # nothing evolved: the seed alone
+
+
+def test_the_run_says_before_it_starts_the_most_it_will_play_and_stays_within_it(tmp_path):
+    import toybench
+    run, store, repo, summary = run_once(tmp_path, toybench.make_rule(), iterations=2, candidates_per_iteration=2)
+    try:
+        plan = summary["plan"]
+        dev, test = (len(run.benchmark.tasks(s, per_category=2)) for s in ("dev", "test"))
+        rollouts = 2 * len(run.benchmark.categories)  # train_per_category x categories
+        assert plan["parts"] == {"seed dev": dev, "iterations": 2 * (rollouts + 2 * (1 + dev)), "final test": 2 * test}
+        assert plan["episodes"] == sum(plan["parts"].values())
+        played = store.query("SELECT count(*) FROM episodes WHERE run_id = ?", [run.id])[1][0][0]
+        assert 0 < played == summary["episodes_stored"] <= plan["episodes"]
+        assert 0 < summary["spend"]["executor"]["calls"] <= plan["calls"]
+        report = Path(summary["report"]).read_text()
+        assert f"would play at most {plan['episodes']} episodes" in report
+        assert f"It stored {played} episodes" in report
+    finally:
+        store.close()

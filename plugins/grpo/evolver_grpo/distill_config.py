@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from evolver import ConfigError
+from evolver import plugin_options
 
 
 class DistillConfig(BaseModel):
@@ -89,10 +89,4 @@ class DistillConfig(BaseModel):
 
 
 def load(options: dict, section: str = "distill", model: type[BaseModel] = DistillConfig):
-    try:
-        return model.model_validate(options or {})
-    except ValidationError as exc:
-        lines = [f"plugins.{section}" + "".join(f".{part}" for part in e["loc"]) + f": {e['msg']}"
-                 for e in exc.errors()]
-        known = ", ".join(model.model_fields)
-        raise ConfigError(f"bad {section} options:\n  " + "\n  ".join(lines) + f"\nknown options: {known}") from None
+    return plugin_options(model, options, section)
