@@ -20,7 +20,7 @@ from evolver.types import Program
 
 def finish(run: Run, seed: Program, data: dict) -> dict:
     """Evaluate on test (never seen by selection), compare paired, write the report. Returns the summary."""
-    from evolver.report import hand_written_programs, write_report
+    from evolver.report import hand_written_programs, with_lines, write_report
 
     cfg = run.config.loop
     baseline = best_of_n(run, data["dev"]) if cfg.best_of_n else None
@@ -52,6 +52,7 @@ def finish(run: Run, seed: Program, data: dict) -> dict:
         pairs |= {"best_of_n_vs_seed": ("best-of-n", SEED_ID), "best_vs_best_of_n": (best, "best-of-n")}
     summary["paired"] = {name: compare(scores[a], scores[b], "bootstrap", cfg.gate_level).to_dict()
                          for name, (a, b) in pairs.items()}
+    with_lines(summary)
     summary["report"] = str(write_report(run, summary))
     run.store.update_run(run.id, status="finished", summary=summary)
     plugins.hook().on_run_end(run=run, summary=summary)

@@ -31,7 +31,8 @@ PAIRED_LINES = (("best_vs_seed", "Best vs seed"), ("best_of_n_vs_seed", "Best-of
 
 
 def paired_lines(summary: dict) -> list[str]:
-    """One line per paired comparison on test: what the console prints at the end of a run, too."""
+    """One line per paired comparison on test: what the console prints at the end of a run, too. Each is
+    also the comparison's ``line`` in the summary (:func:`with_lines`), which other reports show as it is."""
     n = (summary.get("best_of_n") or {}).get("n", "N")
     out = []
     for key, label in PAIRED_LINES:
@@ -40,6 +41,14 @@ def paired_lines(summary: dict) -> list[str]:
             out.append(f"{label.format(n=n)} on test: {c['diff']:+.3f}, {c['level']:.0%} bootstrap interval "
                        f"[{c['low']:.3f}, {c['high']:.3f}] on {c['n']} tasks (paired).")
     return out
+
+
+def with_lines(summary: dict) -> dict:
+    """``summary`` with each paired comparison's :func:`paired_lines` line stored beside its numbers."""
+    keys = [k for k, _ in PAIRED_LINES if (summary.get("paired") or {}).get(k)]
+    for key, line in zip(keys, paired_lines(summary)):
+        summary["paired"][key]["line"] = line
+    return summary
 
 
 HAND_WRITTEN = " (hand-written pack)"

@@ -13,8 +13,6 @@ from evolver_ui import plots
 from evolver_ui.data import SEED_ID, RunData, collect
 from evolver_ui.lineage import lineage
 
-PAIRED = (("best_vs_seed", "Best vs seed"), ("best_of_n_vs_seed", "Best-of-{n} vs seed"),
-          ("best_vs_best_of_n", "Best vs best-of-{n}"))
 #: Paired with a run's only objective on the frontier plot: what every harness costs.
 SECOND_AXIS = ("context_tokens:min", "score:max")
 
@@ -100,14 +98,10 @@ def test_rows(s: dict) -> list[dict]:
 
 
 def paired_lines(s: dict) -> list[str]:
-    n = (s.get("best_of_n") or {}).get("n", "N")
-    out = []
-    for key, label in PAIRED:
-        c = (s.get("paired") or {}).get(key)
-        if c:
-            out.append(f"{label.format(n=n)}: {c['diff']:+.3f}, {c['level']:.0%} bootstrap interval "
-                       f"[{c['low']:.3f}, {c['high']:.3f}] on {c['n']} tasks ({c.get('verdict', '')})")
-    return out
+    """The run's paired comparisons on test as the core wrote them (each comparison's ``line``), with
+    the gate's verdict."""
+    return [f"{c['line']} Verdict: {c['verdict']}." if c.get("verdict") else c["line"]
+            for c in (s.get("paired") or {}).values() if c.get("line")]
 
 
 def diff_lines(text: str) -> list[tuple[str, str]]:

@@ -1,7 +1,9 @@
 """The HTML report: written when a run finishes and by `evolver report`, every section there, the plots
 real SVG with data, admitted programs highlighted, no network, training curves only for a run that trained."""
+import json
 import re
 import shutil
+from html import escape as html_escape
 from pathlib import Path
 
 import pytest
@@ -41,6 +43,14 @@ def test_a_finished_run_writes_a_self_contained_html_report(finished_run):
     for section in ("test", "dev", "frontier", "lineage", "categories", "candidates", "diffs"):
         assert f'<section id="{section}">' in html, section
     assert '<section id="training">' not in html  # the run trained nothing
+    # the paired comparison as the core wrote it (the Markdown report's line), with the gate's verdict
+    import duckdb
+
+    with duckdb.connect(str(store / "evolver.duckdb"), read_only=True) as db:
+        summary = json.loads(db.execute("SELECT summary FROM runs WHERE run_id = ?", [run_id]).fetchone()[0])
+    line = summary["paired"]["best_vs_seed"]["line"]
+    assert line.startswith("Best vs seed on test: ") and line in (store / "reports" / f"{run_id}.md").read_text()
+    assert html_escape(f"{line} Verdict: {summary['paired']['best_vs_seed']['verdict']}.") in html
     # every plot holds drawn data: markers (<use> of a marker path), bars and patches (<path>)
     assert "<use " in group(svg(html, "dev-scores"), "dev-admitted")
     assert "<use " in group(svg(html, "dev-scores"), "dev-probe")
