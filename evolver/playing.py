@@ -109,7 +109,7 @@ def planned(run: Run, data: dict) -> dict:
     the seed's dev evaluation, of every iteration (the parent's rollouts, each candidate's smoke episode
     and its whole dev split, as if no probe stopped it), of the final test (the seed and the best, or
     the frontier) and of the best-of-N baseline; and the model calls they can make, each episode up to
-    its step limit. What proposers play themselves (a miner's demonstrations, a trainer's rollouts) is
+    its step limit (the calls a step limit counts: a harness's tool calls come on top). What proposers play themselves (a miner's demonstrations, a trainer's rollouts) is
     not counted: a proposer's plugin spends it."""
     cfg, bench = run.config.loop, run.benchmark
     k = episodes_per_task(run)
@@ -134,7 +134,7 @@ def plan_line(plan: dict) -> str:
     """What :func:`planned` says, as the run prints it before it starts."""
     parts = ", ".join(f"{k} {v}" for k, v in plan["parts"].items())
     return (f"plan: at most {plan['episodes']} episodes played by the loop ({parts}) and "
-            f"{plan['calls']} model calls; proposers' own episodes are theirs")
+            f"{plan['calls']} model calls besides tool calls; proposers' own episodes are theirs")
 
 
 def tries(run: Run) -> int:

@@ -97,7 +97,7 @@ def plan_lines(summary: dict) -> list[str]:
         return []
     parts = ", ".join(f"{k} {v}" for k, v in plan["parts"].items())
     return ["", "## Plan", "", f"Before it started the run said the loop would play at most {plan['episodes']} "
-            f"episodes ({parts}) with at most {plan['calls']} model calls. It stored "
+            f"episodes ({parts}) with at most {plan['calls']} model calls besides tool calls. It stored "
             f"{summary.get('episodes_stored', 0)} episodes (a proposer's own included; an episode the cache "
             "already held is not stored again)."]
 
