@@ -108,7 +108,7 @@ def _load_learner(path: str):
 
 def learner_only(run, name: str | None = None):
     """The model to train, without an engine to play rollouts: a data-parallel rank other than 0
-    (``evolver_grpo.parallel``), which only computes gradients. No vLLM engine is started for it."""
+    (``evolver_training.parallel``), which only computes gradients. No vLLM engine is started for it."""
     rc = run.config.role("executor")
     if (name or rc.backend) == "vllm":
         from evolver_transformers import embedded_model_dir

@@ -118,6 +118,19 @@ def _picked_shared(trunk, prompts, completions, idx, L, dev) -> dict[int, torch.
     return picked
 
 
+def _picked_groups(trunk, prompts, completions, groups, dev) -> dict[int, torch.Tensor]:
+    """The hidden states that predict each completion token, per sample: samples alone in rows of their
+    own, each group sharing a prompt prefix over that prefix run once (:func:`prefix_groups`)."""
+    picked: dict[int, torch.Tensor] = {}
+    alone = [g[0] for L, g in groups if not L]
+    if alone:
+        picked.update(_picked_plain(trunk, prompts, completions, alone, dev))
+    for L, g in groups:
+        if L:
+            picked.update(_picked_shared(trunk, prompts, completions, g, L, dev))
+    return picked
+
+
 def _picked_detached(trunk, prompts, completions, idx, dev) -> dict[int, torch.Tensor]:
     """As ``_picked_plain``, with each prompt but its last token run without a graph: its keys and
     values are constants to the completion, so the backward pass covers only the last prompt token and
@@ -161,12 +174,7 @@ def completion_logprobs(model, prompts: list[list[int]], completions: list[list[
         picked: dict[int, torch.Tensor] = {}
         if detach_prompt:
             picked.update(_picked_detached(trunk, prompts, completions, range(len(prompts)), dev))
-        alone = [g[0] for L, g in groups if not L]
-        if alone:
-            picked.update(_picked_plain(trunk, prompts, completions, alone, dev))
-        for L, g in groups:
-            if L:
-                picked.update(_picked_shared(trunk, prompts, completions, g, L, dev))
+        picked.update(_picked_groups(trunk, prompts, completions, groups, dev))
         if not picked or not sum(map(len, completions)):
             empty = torch.zeros(0, device=dev)
             return (empty, empty) if with_entropy else empty
@@ -191,7 +199,7 @@ def completion_hidden(trunk, prompts: list[list[int]], completions: list[list[in
                       autocast: bool | str | None = False) -> torch.Tensor:
     """The last hidden states of ``trunk`` (a decoder stack: ``split_model(model)[0]``) that predict
     each completion token, packed [Σ|c_i|, H] in sample order (what
-    :func:`evolver_grpo.logprobs.completion_logprobs` feeds its LM head)."""
+    :func:`completion_logprobs` feeds its LM head)."""
     dev = next(trunk.parameters()).device
     lengths = [len(p) + len(c) for p, c in zip(prompts, completions)]
     groups = prefix_groups(prompts, lengths, share) if share > 0 and len(prompts) > 1 else \
@@ -200,12 +208,7 @@ def completion_hidden(trunk, prompts: list[list[int]], completions: list[list[in
     hidden_size = trunk.config.hidden_size
     with ctx:
         picked: dict[int, torch.Tensor] = {}
-        alone = [g[0] for L, g in groups if not L]
-        if alone:
-            picked.update(_picked_plain(trunk, prompts, completions, alone, dev))
-        for L, g in groups:
-            if L:
-                picked.update(_picked_shared(trunk, prompts, completions, g, L, dev))
+        picked.update(_picked_groups(trunk, prompts, completions, groups, dev))
     if not sum(map(len, completions)):
         return torch.zeros((0, hidden_size), device=dev)
     return torch.cat([picked[i] for i in range(len(prompts))])
