@@ -393,7 +393,7 @@ def seed_skill_folders(names: list[str], packs: dict | None = None) -> list[Path
 
 def hand_written(skill_text: str | None) -> bool:
     """Whether a SKILL.md's front matter says ``metadata.hand_written: true``: written by a person for one
-    benchmark (a skill pack such as twx's), not learned. Reports label programs that carry one."""
+    benchmark (an opt-in pack its plugin ships), not learned. Reports label programs that carry one."""
     return bool(skill_meta(skill_text).get("hand_written"))
 
 
