@@ -173,7 +173,8 @@ def on_iteration_end(run, iteration, summary):
     :param iteration: its number, from 0.
     :param summary: dict: ``parent`` (the program it started from), ``train_score`` (the parent's mean
         score on the iteration's training rollouts), ``failures``, ``candidates`` and ``admitted`` (ids),
-        ``frontier`` (``Frontier.to_dict()``), and ``note`` when it stopped early (no failures).
+        ``frontier`` (``Frontier.to_dict()``), and ``note`` when it had no failures (skipped, or
+        only the proposers that need none asked).
     """
 
 

@@ -145,7 +145,14 @@ def iterate(run: Run, it: int, proposers: dict, data: dict) -> list[str]:
     summary = {"parent": parent.id, "train_score": sum(e.score for e in episodes) / max(1, len(episodes)),
                "failures": len(failed_ids), "admitted": [], "candidates": []}
     if not failed_ids:
-        return _finish_iteration(run, it, summary, "no failures: skipped")
+        # Proposers that learn from something else than this batch's failures (the store, their own
+        # samples, demonstrations) still propose; the iteration is skipped only when none does.
+        proposers = {n: p for n, p in proposers.items() if not getattr(p, "needs_failures", True)}
+        if not proposers:
+            return _finish_iteration(run, it, summary, "no failures: skipped")
+        asked = f"only {', '.join(proposers)} proposed"
+        summary["note"] = f"no failures: {asked}"
+        run.log(f"iteration {it}: no failures among {len(episodes)} rollouts; {asked}")
     # Full traces come from the store (cached episodes were loaded without steps).
     full = {e.id: e for e in run.store.episodes(run_id=None, program_id=None, with_steps=True,
                                                  ids=[e.id for e in episodes])}

@@ -11,6 +11,11 @@ returns the drafts. The loop then commits each draft, runs the cheap checks, eva
 survivors together and lets the frontier decide. A proposer never commits, evaluates or touches the
 frontier itself, so every proposer gets the same guarantees (lineage, caching, budgets, logging).
 
+An iteration whose rollouts all passed has no failures to show: the loop then asks only the proposers
+whose ``needs_failures`` attribute is False (they learn from the store, their own samples or
+demonstrations), and skips the iteration when there are none. Without the attribute a proposer needs
+failures.
+
 Error policy: a proposer that raises loses only its own candidates for this iteration (the error is
 logged as a rejected proposal); a draft it cannot finish it returns with ``draft.reject(reason)``.
 """
@@ -69,6 +74,9 @@ class Proposer(abc.ABC):
     """Base class of proposers (EvoSkill, Meta-Harness, GRPO, ...). Subclassing is optional: the loop only
     calls :meth:`propose` on what the registered ``factory(run, **options)`` returns (the options are the
     config's ``[plugins.NAME]`` table; validate them in the constructor, so a bad one fails at start-up)."""
+
+    #: False: this proposer is asked in an iteration whose rollouts had no failure (``ctx.failures`` empty).
+    needs_failures: bool = True
 
     @abc.abstractmethod
     def propose(self, ctx: ProposeContext) -> list[Draft]:

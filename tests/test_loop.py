@@ -249,6 +249,57 @@ def test_resume_restores_the_frontier_and_does_not_replay_the_seed(tmp_path):
         store.close()
 
 
+PATIENT_PROPOSER = '''
+import json
+from evolver import hookimpl
+
+class Patient:
+    needs_failures = False
+
+    def __init__(self, run, **_):
+        pass
+
+    def propose(self, ctx):
+        with open(%r, "a") as fh:
+            fh.write(json.dumps([ctx.iteration, len(ctx.failures), ctx.n]) + "\\n")
+        return []
+
+@hookimpl
+def register_proposers(register):
+    register("patient", Patient)
+'''
+
+
+def test_an_iteration_without_failures_asks_the_proposers_that_need_none(tmp_path):
+    import json
+
+    import toybench
+    calls = tmp_path / "calls.jsonl"
+    plugin = tmp_path / "patient.py"
+    plugin.write_text(PATIENT_PROPOSER % str(calls))
+    plugins.load_local(plugin)
+    plugins.load_local(TOY)
+    cfg = make_config(tmp_path, toybench.make_rule(), iterations=2, candidates_per_iteration=2, patience=3)
+    cfg.proposers = ["evoskill", "patient"]
+    store = Store(Path(cfg.store) / "evolver.duckdb")
+    run = Run(cfg, store, ProgramRepo(Path(cfg.store)))
+    try:
+        run_loop(run)
+        its = store.iterations(run.id)
+        assert its[0]["summary"]["admitted"] and its[0]["summary"].get("note") is None
+        # iteration 1: the admitted program wins every rollout; evoskill (it needs failures) is not
+        # asked, the patient proposer is, with no failures and the whole share of candidates
+        assert its[1]["summary"]["failures"] == 0
+        assert its[1]["summary"]["note"] == "no failures: only patient proposed"
+        got = [json.loads(line) for line in calls.read_text().splitlines()]
+        assert got[0][0] == 0 and got[0][1] > 0 and got[0][2] == 1
+        assert got[1] == [1, 0, 2]
+        assert [p["proposer"] for p in store.proposals(run.id)] == ["evoskill"]
+    finally:
+        run.close()
+        store.close()
+
+
 def test_budgets_stop_the_search(tmp_path):
     from evolver.loop import _budget_exhausted
 

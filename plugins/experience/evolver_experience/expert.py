@@ -59,6 +59,8 @@ def credited(episode):
 
 
 class ExpertIterationProposer:
+    needs_failures = False  # learns from its own sampled rollouts
+
     def __init__(self, run, **options):
         self.run = run
         self.cfg, self.sft = split_options(ExpertIterationOptions, options, "expert-iteration", {"lr": 5e-5})

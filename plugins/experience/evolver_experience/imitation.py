@@ -73,6 +73,8 @@ def planned_tasks(run, plan: dict[str, list[int]]) -> list:
 
 
 class ImitationProposer:
+    needs_failures = False  # learns from demonstrations
+
     def __init__(self, run, **options):
         self.run = run
         self.cfg, self.sft = split_options(ImitationOptions, options, "imitation", SFT_DEFAULTS)

@@ -76,6 +76,8 @@ class SkillMinerOptions(ImitationOptions):
 
 
 class SkillMinerProposer:
+    needs_failures = False  # mines the whole store and demonstrations, not one batch's failures
+
     def __init__(self, run, **options):
         self.run = run
         self.cfg, self.sft = split_options(SkillMinerOptions, options, "skill-miner", SFT_DEFAULTS)

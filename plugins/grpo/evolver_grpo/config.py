@@ -19,6 +19,9 @@ class GRPOConfig(BaseModel):
     split: str = "train"
     per_category: int | None = None  # cap the split's tasks per category
     steps: int = 10
+    # stop after the step past which the next one (at the mean step time so far) would end later than
+    # this many seconds from the start of training; the checkpoint is that step's. None: all ``steps``
+    max_wall_s: float | None = None
     tasks_per_step: int = 2  # groups per step
     group_size: int = 4  # G rollouts per task
     temperature: float = 1.0
@@ -89,6 +92,13 @@ class GRPOConfig(BaseModel):
 
     # as a proposer in `evolver run --proposer grpo`
     propose_every: int = 1  # train every N iterations (the others propose nothing)
+    # train on a parent whose dev score is at least this (0: any); a parent that almost never scores
+    # gives groups without a spread, which teach nothing
+    min_parent_score: float = Field(0.0, ge=0.0, le=1.0)
+    # the share of the loop's search time still left (loop.max_wall_s) that training may take: it sets
+    # ``max_wall_s`` where that is lower; under min_wall_s left, the proposer does not train this time
+    wall_share: float = Field(0.5, gt=0.0, le=1.0)
+    min_wall_s: float = 60.0
 
     @field_validator("loss", "kl", "estimator")
     @classmethod

@@ -338,10 +338,15 @@ class GRPOTrainer(Trainer):
             with par.full_params():
                 evals += [{"step": 0, **self.evaluate().metrics()}] if par.main else []
         program, checkpoint = None, None
+        began, done = time.monotonic(), start
         for step in range(start, cfg.steps):
             self.run.status = f"grpo step {step + 1}/{cfg.steps}"
             self.step(step)
-            last = step + 1 == cfg.steps
+            done = step + 1
+            spent = time.monotonic() - began
+            out_of_time = par.broadcast(bool(cfg.max_wall_s) and spent * (done - start + 1) / (done - start)
+                                        > cfg.max_wall_s)
+            last = done == cfg.steps or out_of_time
             evaluate = cfg.eval_per_category and ((cfg.eval_every and (step + 1) % cfg.eval_every == 0) or last)
             save = last or (cfg.save_every and (step + 1) % cfg.save_every == 0)
             if not (evaluate or save):
@@ -356,6 +361,8 @@ class GRPOTrainer(Trainer):
                     checkpoint = program.model
                 elif save:
                     checkpoint = save_step(self, step + 1).as_posix()
+            if out_of_time:
+                break
         par.close()
-        return {"steps": cfg.steps, "resumed_from": start, "history": self.history, "evals": evals,
+        return {"steps": done, "resumed_from": start, "history": self.history, "evals": evals,
                 "program": program.id if program else None, "checkpoint": checkpoint}

@@ -46,3 +46,31 @@ def test_run_with_the_grpo_proposer_plays_the_trained_checkpoint(tmp_path, tiny_
 
     tags = ProgramRepo(tmp_path / "store").tags("program/")
     assert not any("grpo-" in t for t in tags), tags
+
+
+def test_the_proposer_trains_within_its_share_of_the_search_and_proposes_only_what_learnt(monkeypatch):
+    """Unit test (a stand-in run and frontier): the wall-time share, ``min_parent_score``, and training
+    in which no group had a spread proposing nothing."""
+    from types import SimpleNamespace as NS
+
+    import evolver_grpo.proposer as mod
+
+    logs, trained = [], []
+    run = NS(config=NS(loop=NS(max_wall_s=1000.0)), elapsed=lambda: 600.0, log=logs.append,
+             checkpoint_of=lambda parent: None)
+    member = NS(metrics={"score": 0.2})
+    ctx = NS(iteration=1, parent=NS(id="p0003"), frontier=NS(get=lambda pid: member), new_draft=None)
+    proposer = mod.GRPOProposer(run, steps=4, wall_share=0.5, min_wall_s=60, min_parent_score=0.3)
+    assert proposer.allowed_s() == 200.0  # half of the 400 s left
+    assert proposer.propose(ctx) == [] and "below min_parent_score" in logs[-1]
+
+    def train(loop_run, ctx, operator, make, options, status, metric):
+        trained.append(options)
+        return "r-grpo-it1", {"steps": 2, "checkpoint": "checkpoints/x/step-2", "history": [
+            {"step": 1, "reward_mean": 1.0, "zero_var_frac": 1.0}, {"step": 2, "reward_mean": 1.0, "zero_var_frac": 1.0}]}
+    monkeypatch.setattr(mod, "train_in_own_run", train)
+    member.metrics["score"] = 0.9
+    assert proposer.propose(ctx) == [] and "nothing to learn" in logs[-1]
+    assert trained[-1]["max_wall_s"] == 200.0 and trained[-1]["program"] == "p0003"
+    run.elapsed = lambda: 950.0  # 25 s of share left: under min_wall_s, no training at all
+    assert proposer.propose(ctx) == [] and "no training this time" in logs[-1] and len(trained) == 1

@@ -201,6 +201,19 @@ def test_zero_variance_groups_are_counted_and_replaced(tmp_path, tiny_dir):
     run.close()
 
 
+def test_a_wall_time_limit_ends_training_at_the_step_past_which_the_next_would_not_fit(tmp_path, tiny_dir):
+    run = make_run(tmp_path, tiny_dir)
+    opts = dict(run.config.plugins["grpo"], group_size=2, tasks_per_step=1, steps=3, commit=False)
+    summary = GRPOTrainer(run, dict(opts, max_wall_s=1e-3)).train()
+    assert summary["steps"] == 1 and len(summary["history"]) == 1
+    assert summary["checkpoint"].endswith("step-1") and (run.workspace / summary["checkpoint"]).is_dir()
+    run.close()
+    run = make_run(tmp_path / "b", tiny_dir)
+    summary = GRPOTrainer(run, dict(opts, steps=2, max_wall_s=1e6)).train()
+    assert summary["steps"] == 2 and summary["checkpoint"].endswith("step-2")
+    run.close()
+
+
 def test_choices_between_valid_actions_are_written_and_trained(tmp_path, tiny_dir):
     """With valid actions listed, the harness asks for a choice; during training the policy writes
     it (one line) and the closest option is played, and the written tokens are the sample."""
