@@ -37,7 +37,8 @@ def register_proposers(register):
     """Register proposers (EvoSkill, Meta-Harness, ...).
 
     :param register: ``register(name, factory, description="")``; ``factory(run, **options)`` returns an
-        object with ``propose(ctx) -> list[Draft]`` (``evolver.Proposer``; see :mod:`evolver.proposers`).
+        object with ``propose(ctx) -> list[Draft]`` (``evolver.Proposer``; see :mod:`evolver.proposers`),
+        and ``needs_failures = False`` where it should be asked in an iteration whose rollouts all passed.
     """
 
 
