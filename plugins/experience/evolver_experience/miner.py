@@ -84,7 +84,7 @@ class SkillMinerProposer:
         self.expert = ExpertIterationProposer(run, **self.cfg.expert)  # fails at start-up on a bad option
 
     def demonstrations(self, rounds: int) -> list:
-        """Demonstrated episodes of this round's mining slice (task ``rounds * n`` onwards per category)."""
+        """Demonstrated episodes of mining slice ``rounds`` (task ``rounds * n`` onwards per category)."""
         n = self.cfg.demos_per_category
         if not n:
             return []
@@ -92,7 +92,7 @@ class SkillMinerProposer:
         return mining.demonstrated(self.run.benchmark, tasks)
 
     def exploration(self, rounds: int, guide: list) -> list:
-        """Played episodes of this round's exploring slice (task ``rounds * n`` onwards per category):
+        """Played episodes of exploring slice ``rounds`` (task ``rounds * n`` onwards per category):
         ``explore_sweeps`` passes, the first guided by ``guide`` (the parent's cases) when it has any,
         else at random, each later one by the cases found so far."""
         cfg = self.cfg
@@ -120,9 +120,12 @@ class SkillMinerProposer:
         practised = self.expert.rollouts(ctx) if teach == "expert-iteration" else None
         run.status = f"iteration {ctx.iteration}: skill-miner reads the store"
         stored = [e for e in run.store.episodes(run_id=run.id, split="train", with_steps=True) if not e.error]
-        demos = self.demonstrations(rounds)
+        # Each round of the run mines a fresh slice of training tasks: a parent expanded again (its
+        # first child was not admitted) gets other demonstrations, not the same candidate twice.
+        fresh = len({p["iteration"] for p in getattr(ctx, "history", None) or [] if p.get("operator") == OPERATOR})
+        demos = self.demonstrations(fresh)
         had = mining.read_cases(Path(parent.root) / "skills" / cfg.skill)
-        explored = [] if demos else self.exploration(rounds, had)  # rewards alone: what pays where, no model
+        explored = [] if demos else self.exploration(fresh, had)  # rewards alone: what pays where, no model
         new = mining.mine(stored + demos + explored, run.benchmark)
         cases = mining.merge(had, new)
         if not new and not had:

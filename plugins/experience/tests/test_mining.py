@@ -349,6 +349,35 @@ def test_the_miners_candidate_follows_its_notes_and_a_trained_one_gets_following
         assert len(again) == 1 and not again[0].detail.get("follow_notes")
 
 
+def test_a_parent_expanded_again_is_mined_from_another_slice_of_training_tasks(tmp_path, monkeypatch):
+    """The run's second mining round takes the next slice of demonstrations even when it expands the
+    same parent (the first round's child was not admitted): not the same candidate twice."""
+    import shutil
+
+    from evolver.harness import SEED_DIR
+    bench = DoorBench(demos=False)
+    won = mining.demonstrated(DoorBench(), bench.tasks("train", 2))
+    run, _ = fake_run(bench, [])
+    parent_root = tmp_path / "parent"
+    shutil.copytree(SEED_DIR, parent_root)
+    slices = []
+    monkeypatch.setattr(SkillMinerProposer, "demonstrations", lambda self, k: slices.append(k) or won)
+
+    def new_draft(operator, hypothesis="", detail=None):
+        path = tmp_path / f"draft{len(list(tmp_path.glob('draft*')))}"
+        shutil.copytree(parent_root, path)
+        return SimpleNamespace(path=str(path), manifest={}, hypothesis=hypothesis, detail=detail)
+    ctx = SimpleNamespace(iteration=0, parent=SimpleNamespace(id="seed", root=str(parent_root), manifest={}),
+                          frontier=None, n=1, new_draft=new_draft, history=[])
+    proposer = SkillMinerProposer(run, train="none")
+    assert len(proposer.propose(ctx)) == 1
+    ctx.iteration = 1  # the same parent again; iteration 0's proposal (and a twin) in the history
+    ctx.history = [{"iteration": 0, "operator": miner.OPERATOR}, {"iteration": 0, "operator": miner.OPERATOR},
+                   {"iteration": 0, "operator": "grpo"}]
+    assert len(proposer.propose(ctx)) == 1
+    assert slices == [0, 1]
+
+
 @pytest.mark.parametrize("demos", [True, False], ids=["imitation", "rewards-alone"])
 def test_the_proposer_writes_a_growing_skill_whose_notes_reach_the_policy_and_trains_it(tmp_path, tiny_dir, monkeypatch,
                                                                                           demos):

@@ -42,7 +42,8 @@ class GRPOProposer(Proposer):
             loop_run.log(f"grpo: {parent.id}'s dev score {score:.3f} is below min_parent_score "
                          f"{cfg.min_parent_score}: no training this time")
             return []
-        options = {**self.options, "program": parent.id, "commit": False}
+        # a seed of its own each iteration: a parent trained on again samples other tasks and rollouts
+        options = {**self.options, "program": parent.id, "commit": False, "seed": cfg.seed + ctx.iteration}
         allowed = self.allowed_s()
         if allowed is not None:
             if allowed < cfg.min_wall_s:

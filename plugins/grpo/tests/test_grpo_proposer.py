@@ -72,5 +72,6 @@ def test_the_proposer_trains_within_its_share_of_the_search_and_proposes_only_wh
     member.metrics["score"] = 0.9
     assert proposer.propose(ctx) == [] and "nothing to learn" in logs[-1]
     assert trained[-1]["max_wall_s"] == 200.0 and trained[-1]["program"] == "p0003"
+    assert trained[-1]["seed"] == 1  # a seed of its own each iteration: a parent trained on again samples anew
     run.elapsed = lambda: 950.0  # 25 s of share left: under min_wall_s, no training at all
     assert proposer.propose(ctx) == [] and "no training this time" in logs[-1] and len(trained) == 1
