@@ -196,6 +196,16 @@ def test_zero_variance_groups_are_counted_and_replaced(tmp_path, tiny_dir):
     row = dyn.step(0)
     # every group kept for training has reward spread: the all-zero "z" groups were replaced
     assert row["groups"] > 2 and row["zero_var_frac"] > 0
+    # the step's reward is every played rollout's, the replaced groups' included: the "z" groups
+    # scored 0, so it is below the kept groups' mean
+    from evolver_grpo import advantages as adv_mod
+    for step in range(1, 5):  # until a step draws a "z" task (a shuffled cycle of both categories)
+        out = dyn._play(step)
+        played = [adv_mod.total(t, dyn.acfg) for t in out["played"]]
+        kept = [adv_mod.total(t, dyn.acfg) for t in out["trajs"]]
+        if len(played) > len(kept):
+            break
+    assert len(played) > len(kept) and 0 < sum(played) / len(played) < sum(kept) / len(kept)
     played = {e.task.category for e in run.store.episodes(run_id=run.id)}
     assert played == {"z", "a"} and row["trained_samples"] > 0  # z groups played, a groups trained
     run.close()
