@@ -76,7 +76,7 @@ class SkillMinerOptions(ImitationOptions):
 
 
 class SkillMinerProposer:
-    needs_failures = False  # mines the whole store and demonstrations, not one batch's failures
+    needs_failures = False  # mines the run's stored episodes and demonstrations, not one batch's failures
 
     def __init__(self, run, **options):
         self.run = run
