@@ -69,6 +69,11 @@ class ProposeContext:
     new_draft: Callable[..., Draft] = None  # new_draft(operator, hypothesis, parent_id=None, detail=None)
     extra: dict = field(default_factory=dict)
 
+    def parent_score(self) -> float | None:
+        """The parent's dev score as the frontier holds it; None when it is not a member."""
+        member = self.frontier.get(self.parent.id) if self.frontier is not None else None
+        return member.metrics.get("score") if member is not None else None
+
 
 class Proposer(abc.ABC):
     """Base class of proposers (EvoSkill, Meta-Harness, GRPO, ...). Subclassing is optional: the loop only

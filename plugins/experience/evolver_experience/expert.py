@@ -103,8 +103,7 @@ class ExpertIterationProposer:
     def propose(self, ctx) -> list:
         if ctx.iteration % max(1, self.cfg.every):
             return []
-        member = ctx.frontier.get(ctx.parent.id) if ctx.frontier is not None else None
-        score = member.metrics.get("score") if member is not None else None
+        score = ctx.parent_score()
         if score is not None and score < self.cfg.min_parent_score:
             self.run.log(f"expert-iteration: {ctx.parent.id}'s dev score {score:.3f} is below min_parent_score "
                          f"{self.cfg.min_parent_score}: no rollouts this time")

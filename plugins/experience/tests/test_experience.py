@@ -133,15 +133,14 @@ def test_expert_iteration_skips_a_parent_that_rarely_scores_without_playing():
     frontier = Frontier.from_config(["score:max"])
     frontier.consider("seed", {"score": 0.1}, -1)
 
-    class Ctx:
-        iteration, frontier = 0, None
+    from types import SimpleNamespace
 
-        class parent:
-            id = "seed"
-    Ctx.frontier = frontier
+    from evolver.proposers import ProposeContext
+    ctx = ProposeContext(run=None, iteration=0, parent=SimpleNamespace(id="seed"), failures=[], successes=[],
+                         history=[], frontier=frontier, n=1)
     proposer = ExpertIterationProposer(Run(), min_parent_score=0.25)
     proposer.rollouts = lambda ctx: pytest.fail("a weak parent must not be played")
-    assert proposer.propose(Ctx()) == []
+    assert proposer.propose(ctx) == []
     assert "below min_parent_score" in Run.logged[-1]
 
 

@@ -36,8 +36,7 @@ class GRPOProposer(Proposer):
         cfg, loop_run, parent = self.cfg, self.run, ctx.parent
         if ctx.iteration % max(1, cfg.propose_every):
             return []
-        member = ctx.frontier.get(parent.id) if ctx.frontier is not None else None
-        score = member.metrics.get("score") if member is not None else None
+        score = ctx.parent_score()
         if score is not None and score < cfg.min_parent_score:
             loop_run.log(f"grpo: {parent.id}'s dev score {score:.3f} is below min_parent_score "
                          f"{cfg.min_parent_score}: no training this time")
@@ -76,9 +75,8 @@ class GRPOProposer(Proposer):
 
     def allowed_s(self) -> float | None:
         """Seconds of training this iteration may take: ``wall_share`` of what is left of the loop's
-        search time; None outside a loop with a wall-time budget."""
-        loop = getattr(getattr(self.run, "config", None), "loop", None)
-        budget = getattr(loop, "max_wall_s", None)
+        search time; None when the loop has no wall-time budget."""
+        budget = self.run.config.loop.max_wall_s
         if not budget:
             return None
         return self.cfg.wall_share * max(0.0, budget - self.run.elapsed())

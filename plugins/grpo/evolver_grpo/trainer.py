@@ -167,7 +167,7 @@ class GRPOTrainer(Trainer):
         n_zero, n_groups = played["n_zero"], played["n_groups"]
         # The reward of every rollout played: with dynamic sampling the groups kept for training are
         # the ones with a spread, and a step that kept none still played (and scored) its rollouts.
-        every = played.get("played", trajs)
+        every = played.get("rollouts", trajs)
         totals = np.array([adv_mod.total(t, self.acfg) for t in every]) if every else np.zeros(1)
         row = {"step": step + 1, "reward_mean": float(totals.mean()), "reward_std": float(totals.std()),
                "score_mean": float(np.mean([e.score for e in episodes])) if episodes else 0.0,
@@ -192,7 +192,7 @@ class GRPOTrainer(Trainer):
         t0 = time.perf_counter()
         episodes, group_of = self.rollout(step, self._next_tasks(cfg.tasks_per_step))
         trajs, samples = self._collect(episodes, group_of)
-        played = list(trajs)  # every rollout, kept or replaced: what the step's reward says
+        rollouts = list(trajs)  # every rollout, kept or replaced: what the step's reward says
         zero = adv_mod.zero_variance(trajs, self.acfg)
         n_groups, n_zero = len(set(group_of)), len(zero)
         if cfg.dynamic_sampling and zero:
@@ -205,7 +205,7 @@ class GRPOTrainer(Trainer):
                     break
                 more_eps, more_groups = self.rollout(step, self._next_tasks(missing), attempt)
                 more_trajs, _ = self._collect(more_eps, more_groups)
-                played += more_trajs
+                rollouts += more_trajs
                 bad = set(adv_mod.zero_variance(more_trajs, self.acfg))
                 for e, g in zip(more_eps, more_groups):
                     if g not in bad:
@@ -222,7 +222,7 @@ class GRPOTrainer(Trainer):
         # Without KL a zero-advantage sample has zero gradient: skip its compute.
         train = samples if cfg.beta > 0 else [s for s in samples if abs(s.advantage) > 1e-12]
         return {"episodes": episodes, "trajs": trajs, "samples": samples, "train": train, "n_zero": n_zero,
-                "n_groups": n_groups, "rollout_s": t_rollout, "played": played}
+                "n_groups": n_groups, "rollout_s": t_rollout, "rollouts": rollouts}
 
     def _ref_ctx(self):
         return self.model.disable_adapter() if self.cfg.lora else contextlib.nullcontext()

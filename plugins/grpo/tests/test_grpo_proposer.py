@@ -59,7 +59,9 @@ def test_the_proposer_trains_within_its_share_of_the_search_and_proposes_only_wh
     run = NS(config=NS(loop=NS(max_wall_s=1000.0)), elapsed=lambda: 600.0, log=logs.append,
              checkpoint_of=lambda parent: None)
     member = NS(metrics={"score": 0.2})
-    ctx = NS(iteration=1, parent=NS(id="p0003"), frontier=NS(get=lambda pid: member), new_draft=None)
+    from evolver.proposers import ProposeContext
+    ctx = ProposeContext(run=run, iteration=1, parent=NS(id="p0003"), failures=[], successes=[], history=[],
+                         frontier=NS(get=lambda pid: member), n=1)
     proposer = mod.GRPOProposer(run, steps=4, wall_share=0.5, min_wall_s=60, min_parent_score=0.3)
     assert proposer.allowed_s() == 200.0  # half of the 400 s left
     assert proposer.propose(ctx) == [] and "below min_parent_score" in logs[-1]

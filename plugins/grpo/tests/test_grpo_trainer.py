@@ -201,7 +201,7 @@ def test_zero_variance_groups_are_counted_and_replaced(tmp_path, tiny_dir):
     from evolver_grpo import advantages as adv_mod
     for step in range(1, 5):  # until a step draws a "z" task (a shuffled cycle of both categories)
         out = dyn._play(step)
-        played = [adv_mod.total(t, dyn.acfg) for t in out["played"]]
+        played = [adv_mod.total(t, dyn.acfg) for t in out["rollouts"]]
         kept = [adv_mod.total(t, dyn.acfg) for t in out["trajs"]]
         if len(played) > len(kept):
             break
