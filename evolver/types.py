@@ -113,7 +113,7 @@ class ChoiceRequest:
 
     A backend that can score continuations ranks options by length-normalised log-likelihood;
     others generate and match. ``write=True`` asks every backend to write a reply and match the
-    nearest option, which picks better actions on twx-easy, for the base 135M model and after SFT
+    nearest option, which picks better actions for a small model, base or fine-tuned
     (``bench/action_modes.py``).
     """
 

@@ -1,6 +1,5 @@
 """Profiles: the default configuration comes from a plugin, so the core names no benchmark. An outside
 author's plugin offers its own, and `evolver --profile NAME` (or its `default`) runs it."""
-import ast
 from pathlib import Path
 
 import pytest
@@ -66,17 +65,13 @@ def test_with_no_profile_installed_the_core_defaults_name_no_benchmark_plugin(mo
         assert (cfg.benchmark, cfg.benchmark_options) == ("basic", {})
     finally:
         plugins.reset()
-    core = Path(__file__).resolve().parents[1] / "evolver"
-    named = []
-    for path in core.rglob("*.py"):
-        tree = ast.parse(path.read_text())
-        docs = {id(n.body[0].value) for n in ast.walk(tree)
-                if isinstance(n, (ast.Module, ast.FunctionDef, ast.ClassDef)) and n.body
-                and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
-        named += [f"{path.name}:{n.lineno}" for n in ast.walk(tree) if isinstance(n, ast.Constant)
-                  and isinstance(n.value, str) and "twx" in n.value and id(n) not in docs]
-    # the install hints of the unknown-name error (the monitor learns the benchmarks' packages from the plugins)
-    named = [n for n in named if not n.startswith("plugins.py")]
+    # Any text of the core or its shipped skills, comments and docstrings included, but the install
+    # hints of the unknown-name error (the monitor learns the benchmarks' packages from the plugins).
+    root = Path(__file__).resolve().parents[1]
+    named = [f"{path.relative_to(root)}:{i}" for base in ("evolver", "skills") for path in (root / base).rglob("*")
+             if path.is_file() and path.suffix in (".py", ".md", ".toml", ".json")
+             and path != root / "evolver" / "plugins.py"
+             for i, line in enumerate(path.read_text().splitlines(), 1) if "twx" in line.lower()]
     assert named == [], "core modules that name the twx benchmark"
 
 

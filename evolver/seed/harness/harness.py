@@ -4,17 +4,17 @@ It is copied into every new program and may be evolved. The interface is documen
 ``evolver.harness``. Choices made here, and why:
 - When the environment lists valid actions, the model writes an action and the valid action nearest
   to it is played (``WRITE_CHOICE``). Ranking the valid actions by likelihood instead does worse,
-  both for the base 135M model (0.013 vs 0.118 on 60 twx-easy dev episodes; a random agent is
-  ~0.07) and after cold-start SFT (0.29 vs 0.44 on 24); playing the written text as it is scores 0.0
-  for the base model (``CHOOSE_ACTIONS = False``, still the mode for free-text tasks and tools).
+  for a small model, base or fine-tuned (docs/measurements.md, ``bench/action_modes.py``); playing
+  the written text as it is scores nothing for a base model (``CHOOSE_ACTIONS = False``, still the mode
+  for free-text tasks and tools).
 - Skills: the system prompt lists every skill's name and description (progressive disclosure, with
   a ``read_skill NAME`` tool in free-text mode); for small models the most relevant bodies are also
   injected, because they cannot be relied on to call a tool.
 - An action already taken in the very same state (the room and the inventory where the environment
   reports them, else the observation) is not offered again (``LOOP_GUARD``): in a deterministic game it
   can only lead round the same loop, and a small model otherwise cycles (take X, put X back, take X ...)
-  until the step limit. No twx-easy gold path repeats an action in the same state (120 train tasks).
-  After cold-start SFT: 0.490 -> 0.521 on 48 test episodes, 0.549 -> 0.554 on 48 dev.
+  until the step limit. A solution that repeats an action in the same state has a shorter one without
+  the repeat.
   When ranking, actions of the last few steps are held back too (unless nothing else is left).
 - Only the last few steps are shown in full (a small context keeps small models on track, and context
   tokens are one of the frontier's objectives); older steps leave their actions as one line, and the
@@ -258,7 +258,7 @@ class Harness:
 
     @staticmethod
     def state_key(obs):
-        """The environment's state as far as it reports it: the room and the inventory (twx), else the
+        """The environment's state as far as it reports it (its ``look`` and ``inventory`` info), else the
         observation. Not the observation beside them: "You close the drawer." after opening it is the
         state before, and so is a cycle through several places."""
         info = obs.info or {}
