@@ -54,6 +54,12 @@ class LoopConfig(Strict):
     """Staged evaluation with early stopping: candidates play one dev task per category, then half of
     each, before the rest; one whose paired score against its parent on the tasks so far is worse (the
     gate's test at ``gate_level``) and that is leaner on nothing cannot be admitted, and stops there."""
+    admit_early: bool = True
+    """With ``staged``: a candidate whose paired score after half of each category is better than every
+    frontier member's, at a level stricter than ``gate_level`` (O'Brien-Fleming alpha spending:
+    evolver/gate.py ``interim_level``, ~99.4% halfway at 95%), is already certain to be admitted: it is
+    admitted on the tasks it played and does not play the rest. Its dev metrics are those tasks' means;
+    later paired tests against it use the tasks both sides played."""
     monitor: Literal["judge", "rules", "off"] = "judge"
     """The anti-hack monitor on each candidate's added code (evolver/monitor.py): rules flag what reaches for
     answers, the store or the evaluator; "judge" rejects what the judge role confirms, "rules" whatever

@@ -105,6 +105,7 @@ def evaluate_many(jobs: list, benchmark, backend, *, seed: int = 0,
     results: dict[tuple[int, int], Episode] = {}
     if store is not None and use_cache:
         found = store.cached([e.cache_key for _, _, e in slots])
+        store.add_uses(run_id, list(found.values()))  # so this run finds them among its own episodes
         for j, i, e in slots:
             if e.cache_key in found:
                 # Same content under another name: count it for this program too.

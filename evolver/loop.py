@@ -2,8 +2,9 @@
 
 parent (from the frontier) -> rollouts on a training batch -> failures -> proposals (each in its own
 worktree) -> cheap checks (skills, sandboxed harness import, leakage audits, one smoke episode with the
-harness in a sandboxed subprocess) -> staged evaluation on dev (a probe of one task per category, then the
-whole split for candidates not clearly worse), all candidates in one batched lockstep, cache first
+harness in a sandboxed subprocess) -> staged evaluation on dev (a probe of one task per category, half of
+each, then the whole split for candidates neither clearly worse nor already certain to be admitted), all
+candidates in one batched lockstep, cache first
 -> frontier admits or rejects (a paired test against the members on the same dev tasks:
 evolver/frontier.py), tags move -> events to plugins.
 
@@ -26,17 +27,18 @@ from evolver.budget import BudgetExceeded
 from evolver.checks import audit_harness_code, audit_leakage, check_harness_import, check_skill_files
 from evolver.config import check_config
 from evolver.errors import RepoDamagedError, StoreIOError
+from evolver.estimate import Rate, estimate, estimate_line, history_ratio
 from evolver.evaluate import run_episodes, sample_stratified, summarize
 from evolver.final import finish
 from evolver.frontier import Frontier, Objective
-from evolver.gate import compare
+from evolver.gate import compare, interim_level
 from evolver.playing import (baseline_jobs, episodes_per_task, evaluate_programs, executor, per_task, plan_line,
                              planned, play,
                              progress_status, splits, tries)
 from evolver.proposers import Draft, ProposeContext
 from evolver.run import Run
 from evolver.seeding import SEED_ID, ensure_seed
-from evolver.types import Candidate, Program, Proposal
+from evolver.types import Candidate, Episode, Program, Proposal
 
 def run_loop(run: Run) -> dict:
     """Run (or resume) the search, then the final test evaluation. Returns the summary."""
@@ -64,6 +66,8 @@ def run_loop(run: Run) -> dict:
         run.log(f"resuming run {run.id} at iteration {start} ({before:.0f}s of work before the stop)")
     else:
         run.log(plan_line(run.plan))
+        run.estimate = _estimate(run, seed, data)
+        run.log(estimate_line(run.estimate))
         (ev,), (values,), _ = evaluate_programs(run, [seed], data["dev"], "dev", -1)
         run.frontier.consider(SEED_ID, ev.metrics(), -1, per_task=values)
         run.store.add_frontier_event(run.id, -1, SEED_ID, "seed", ev.metrics(), "the seed program")
@@ -80,6 +84,38 @@ def run_loop(run: Run) -> dict:
         durations.append(time.time() - began)
         idle = 0 if admitted else idle + 1
     return finish(run, seed, data)
+
+
+def _rollouts(run: Run, parent: Program, data: dict, it: int) -> list:
+    """Iteration ``it``'s rollouts of ``parent`` on its stratified training batch (from the cache where
+    they were played before: the seed's first ones are the estimate's pilot)."""
+    cfg = run.config.loop
+    batch = sample_stratified(data["train"], cfg.train_per_category, seed=cfg.episode_seed * 1000 + it)
+    return run_episodes(run.context(parent), run.benchmark, executor(run, parent), batch,
+                        seed=cfg.episode_seed, purpose="train", store=run.store, run=run,
+                        progress=progress_status(run, f"iteration {it} rollouts"))
+
+
+def _estimate(run: Run, seed: Program, data: dict) -> dict:
+    """The run's expected spend (:mod:`evolver.estimate`), priced by the first iteration's rollouts of
+    the seed, played now, and the cache's and this store's earlier runs' share of the rest."""
+    cfg = run.config.loop
+    run.status = "estimating: the first rollouts of the seed"
+    began = time.time()
+    pilot = _rollouts(run, seed, data, 0)
+    took = time.time() - began
+    full = run.store.episodes(ids=[e.id for e in pilot], with_steps=True) or pilot
+    # Cached rollouts took no time now: their stored walls say what a batch of them takes.
+    seconds = took if any(not e.cached for e in pilot) else max((e.wall_s for e in pilot), default=0.0)
+    model = executor(run, seed).model
+    k = episodes_per_task(run)
+    templates = [Episode(task=t, program_id=seed.id, program_hash=seed.hash, model=model, seed=cfg.episode_seed + j,
+                         max_steps=t.max_steps or (getattr(run.benchmark, "max_steps", 1) or 1))
+                 for t in data["dev"] + data["test"] for j in range(k)]
+    cached = len(run.store.cached([e.cache_key for e in templates]))
+    ratio, _ = history_ratio(run.store, run.id, data["dev"][0].benchmark if data["dev"] else "", model)
+    return estimate(cfg, data, k, Rate.of(full, seconds), cached, run.elapsed(), ratio, SMOKE_STEPS,
+                    max(1, getattr(run.benchmark, "max_steps", 1) or 1), sum(not e.cached for e in pilot))
 
 
 def _spent_before(run: Run) -> float:
@@ -137,10 +173,7 @@ def iterate(run: Run, it: int, proposers: dict, data: dict) -> list[str]:
     run.store.start_iteration(run.id, it, parent.id)
     run.status = f"iteration {it}: rollouts of {parent.id}"
 
-    batch = sample_stratified(data["train"], cfg.train_per_category, seed=cfg.episode_seed * 1000 + it)
-    episodes = run_episodes(run.context(parent), run.benchmark, executor(run, parent), batch,
-                            seed=cfg.episode_seed, purpose="train", store=run.store, run=run,
-                            progress=progress_status(run, f"iteration {it} rollouts"))
+    episodes = _rollouts(run, parent, data, it)
     failed_ids = {e.id for e in episodes if e.score < cfg.failure_threshold}
     summary = {"parent": parent.id, "train_score": sum(e.score for e in episodes) / max(1, len(episodes)),
                "failures": len(failed_ids), "admitted": [], "candidates": []}
@@ -335,17 +368,19 @@ def probe_tasks(dev: list, share: float = 0.0) -> list:
 STAGES = (0.0, 0.5)  # the probe (one task a category), then half of each category, before the whole split
 
 
-def _probe(run: Run, it: int, candidates: list[Candidate], data: dict) -> list[Candidate]:
+def _probe(run: Run, it: int, candidates: list[Candidate], data: dict) -> tuple[list[Candidate], list[str]]:
     """Staged evaluation with early stopping: every candidate plays the probe (one dev task per
     category), then half of each category, all candidates in one batch each time, with their parents
     beside them (from the cache where they played before); the episodes played are reused by the next
     stage and the full dev split. After each stage a candidate stops when it cannot be admitted on what
     it has shown: its paired score against its parent on the tasks so far is worse (the gate's test,
     bootstrap when the gate is off, at ``loop.gate_level``) and it is leaner on no other objective, so
-    not even a trade-off. Its proposal records the dev episodes it did not play (``saved_episodes``).
-    """
+    not even a trade-off. With ``loop.admit_early``, after a stage past the probe a candidate also stops
+    when it is already certain to be admitted (:func:`_certain`), and is admitted on what it played.
+    Either way its proposal records the dev episodes it did not play (``saved_episodes``). Returns the
+    candidates that go on to the whole split and the ids admitted early."""
     cfg, dev = run.config.loop, data["dev"]
-    done = 0
+    done, admitted = 0, []
     for share in STAGES:
         stage = probe_tasks(dev, share)
         if len(stage) >= len(dev) or not candidates:
@@ -359,15 +394,24 @@ def _probe(run: Run, it: int, candidates: list[Candidate], data: dict) -> list[C
         results = play(run, [(run.context(p), stage) for p in programs], seed=cfg.episode_seed, purpose="eval",
                        store=run.store, progress=progress_status(run, "probe" if share == 0 else "stage"))
         played = {p.id: eps for p, eps in zip(programs, results)}
+        saved = len(dev) * episodes_per_task(run) - len(stage)
+        where = "the probe" if share == 0 else f"{len(stage)} of {len(dev)} dev tasks"
         kept = []
         for cand in candidates:
             hopeless = _hopeless(cfg, played[cand.id], played[cand.proposal.parent_id])
+            certain = _certain(run, played[cand.id], len(stage) / len(dev)) if share > 0 and not hopeless else None
+            if certain:
+                ev = summarize(cand.id, "dev", played[cand.id])
+                run.store.add_evaluation(run.id, it, ev)
+                early = {"dev_tasks": len(stage), "saved_episodes": saved,
+                         "certain": {"level": certain[0], "weakest": certain[1].to_dict() | {"versus": certain[2]}}}
+                if _decide(run, it, cand, ev, per_task(played[cand.id]), early, where):
+                    admitted.append(cand.id)
+                continue
             if hopeless is None:
                 kept.append(cand)
                 continue
             paired, a, b = hopeless
-            saved = len(dev) * episodes_per_task(run) - len(stage)
-            where = "the probe" if share == 0 else f"{len(stage)} of {len(dev)} dev tasks"
             reason = (f"stopped after {where}: {a['score']:.3f} vs its parent's {b['score']:.3f}, paired "
                       f"{paired}; leaner on nothing: it cannot be admitted ({saved} dev episodes saved)")
             _transition(run, it, cand, "discarded", reason, {"probe_score": a["score"], "paired": paired.to_dict()
@@ -376,7 +420,29 @@ def _probe(run: Run, it: int, candidates: list[Candidate], data: dict) -> list[C
                         note=reason)
             run.repo.remove_worktree(cand.id)
         candidates = kept
-    return candidates
+    return candidates, admitted
+
+
+def _certain(run: Run, mine: list, fraction: float):
+    """``(level, weakest comparison, its member)`` when episodes ``mine``, a share ``fraction`` of the dev
+    split, are already certain to be admitted: the paired score is better than every frontier member's
+    on their common tasks at :func:`evolver.gate.interim_level` (stricter than ``loop.gate_level``, so the
+    two looks together admit a candidate no better than a member about as rarely as the gate alone), so
+    no member can dominate or tie it and it beats the weakest at capacity; else None."""
+    cfg = run.config.loop
+    if not cfg.admit_early or not run.frontier.members:
+        return None
+    method = cfg.gate if cfg.gate != "none" else "bootstrap"
+    level = interim_level(cfg.gate_level, fraction)
+    scores = per_task(mine)["score"]
+    weakest = None
+    for m in run.frontier.members:
+        paired = compare(scores, m.per_task.get("score") or {}, method, level)
+        if paired is None or paired.verdict != "better":
+            return None
+        if weakest is None or paired.low < weakest[1].low:
+            weakest = (level, paired, m.program_id)
+    return weakest
 
 
 def _hopeless(cfg, mine: list, theirs: list):
@@ -402,45 +468,52 @@ def _better(objective: str, a: dict, b: dict) -> bool:
 def _evaluate_and_select(run: Run, it: int, candidates: list[Candidate], data: dict) -> list[str]:
     if not candidates:
         return []
-    hook = plugins.hook()
+    admitted: list[str] = []
     if run.config.loop.staged:
-        candidates = _probe(run, it, candidates, data)
-        if not candidates:
-            return []
-    run.status = f"iteration {it}: evaluating {len(candidates)} candidates on dev"
-    programs = [c.program for c in candidates]  # type: ignore[attr-defined]
-    # Best-of-N's dev episodes for the tries so far, these included, play in this lockstep (the seed's
-    # weights batch with every untrained candidate's); the end of the run finds them in the cache.
-    n = tries(run) + len(candidates)
-    extra = baseline_jobs(run, data["dev"], n) if run.config.loop.best_of_n and n >= 2 else []
-    evals, values, _ = evaluate_programs(run, programs, data["dev"], "dev", it, extra=extra)
-    admitted = []
-    for cand, ev, per in zip(candidates, evals, values):
-        metrics = ev.metrics()
-        cand.scores = metrics
-        _transition(run, it, cand, "evaluated")
-        before = {m.program_id: m.metrics for m in run.frontier.members}
-        decision = run.frontier.consider(cand.id, metrics, it, per_task=per)
-        commit = run.repo.record_scores(cand.id, {f"dev_{k}": v for k, v in metrics.items()})
-        run.store.update_program_commit(cand.id, commit, run.repo.manifest(cand.id))
-        # The evidence goes with the decision: the paired result against the member it was judged by.
-        evidence = metrics | ({"paired": decision.paired.to_dict() | {"versus": decision.versus}}
-                              if decision.paired else {})
-        line = f"dev {ev.score:.3f}" + (f" vs {decision.versus} {before[decision.versus]['score']:.3f}, paired "
-                                        f"{decision.paired}" if decision.paired else "")
-        if decision.admitted:
-            admitted.append(cand.id)
-            cand.status = "admitted"
-            _transition(run, it, cand, "admitted", decision.reason, evidence, note=f"admitted: {line}",
-                        evicted={gone: before.get(gone, {}) for gone in decision.evicted})
-            hook.on_frontier_changed(run=run, frontier=run.frontier)
-        else:
-            cand.status = "discarded"
-            _transition(run, it, cand, "discarded", decision.reason, evidence,
-                        note=f"discarded: {line} ({decision.rule})")
-        run.repo.remove_worktree(cand.id)
+        candidates, admitted = _probe(run, it, candidates, data)
+    if candidates:
+        run.status = f"iteration {it}: evaluating {len(candidates)} candidates on dev"
+        programs = [c.program for c in candidates]  # type: ignore[attr-defined]
+        # Best-of-N's dev episodes for the tries so far, these included, play in this lockstep (the seed's
+        # weights batch with every untrained candidate's); the end of the run finds them in the cache.
+        n = tries(run) + len(candidates)
+        extra = baseline_jobs(run, data["dev"], n) if run.config.loop.best_of_n and n >= 2 else []
+        evals, values, _ = evaluate_programs(run, programs, data["dev"], "dev", it, extra=extra)
+        admitted += [c.id for c, ev, per in zip(candidates, evals, values) if _decide(run, it, c, ev, per)]
     _retag(run)
     return admitted
+
+
+def _decide(run: Run, it: int, cand: Candidate, ev, per: dict, early: dict | None = None, where: str = "") -> bool:
+    """Offer a candidate evaluated on dev (``ev``, its per-task values ``per``) to the frontier, and record
+    the decision with its evidence; ``early``: what an early admission after ``where`` adds to it."""
+    metrics = ev.metrics()
+    cand.scores = metrics
+    _transition(run, it, cand, "evaluated")
+    before = {m.program_id: m.metrics for m in run.frontier.members}
+    decision = run.frontier.consider(cand.id, metrics, it, per_task=per)
+    commit = run.repo.record_scores(cand.id, {f"dev_{k}": v for k, v in metrics.items()})
+    run.store.update_program_commit(cand.id, commit, run.repo.manifest(cand.id))
+    # The evidence goes with the decision: the paired result against the member it was judged by.
+    evidence = metrics | ({"paired": decision.paired.to_dict() | {"versus": decision.versus}}
+                          if decision.paired else {}) | (early or {})
+    line = f"dev {ev.score:.3f}" + (f" vs {decision.versus} {before[decision.versus]['score']:.3f}, paired "
+                                    f"{decision.paired}" if decision.paired else "")
+    if early:
+        c = early["certain"]
+        line += (f"; stopped after {where}, certain to be admitted (paired vs {c['weakest']['versus']} at "
+                 f"{c['level']:.2%} is better; {early['saved_episodes']} dev episodes saved)")
+    if decision.admitted:
+        cand.status = "admitted"
+        _transition(run, it, cand, "admitted", decision.reason, evidence, note=f"admitted: {line}",
+                    evicted={gone: before.get(gone, {}) for gone in decision.evicted})
+        plugins.hook().on_frontier_changed(run=run, frontier=run.frontier)
+    else:
+        cand.status = "discarded"
+        _transition(run, it, cand, "discarded", decision.reason, evidence,
+                    note=f"discarded: {line} ({decision.rule})")
+    run.repo.remove_worktree(cand.id)
+    return decision.admitted
 
 
 def _retag(run: Run) -> None:

@@ -90,6 +90,25 @@ def spend_note(spend: dict | None) -> str:
     return f" ({spend['calls']} calls{cost})"
 
 
+def early_lines(rows: list[dict]) -> list[str]:
+    """Staged evaluation's early stops: candidates that could no longer be admitted, and candidates already
+    certain to be, with the dev episodes neither played."""
+    stopped = [r for r in rows if isinstance((r.get("scores") or {}).get("saved_episodes"), int)]
+    if not stopped:
+        return []
+    early = [r for r in stopped if "certain" in r["scores"]]
+    hopeless = [r for r in stopped if "certain" not in r["scores"]]
+    saved = sum(r["scores"]["saved_episodes"] for r in stopped)
+    parts = []
+    if hopeless:
+        parts.append(f"{len(hopeless)} candidates stopped before the whole dev split, when their paired score "
+                     "against their parent could no longer be admitted")
+    if early:
+        parts.append(f"{len(early)} stopped when already certain to be admitted (paired score better than every "
+                     "member's at the interim level), and were admitted on the tasks they played")
+    return ["", f"Early stopping: {'; '.join(parts)}; {saved} dev episodes not played."]
+
+
 def plan_lines(summary: dict) -> list[str]:
     """What the run said it would play at most before it started, beside what it stored."""
     plan = summary.get("plan")
@@ -99,7 +118,21 @@ def plan_lines(summary: dict) -> list[str]:
     return ["", "## Plan", "", f"Before it started the run said the loop would play at most {plan['episodes']} "
             f"episodes ({parts}) with at most {plan['calls']} model calls besides tool calls. It stored "
             f"{summary.get('episodes_stored', 0)} episodes (a proposer's own included; an episode the cache "
-            "already held is not stored again)."]
+            "already held is not stored again)."] + estimate_lines(summary)
+
+
+def estimate_lines(summary: dict) -> list[str]:
+    """What the run estimated it would spend before its search, beside what every role spent."""
+    est, spend = summary.get("estimate"), summary.get("spend") or {}
+    if not est:
+        return []
+    tokens = sum(s.get("tokens", 0) for s in spend.values())
+    calls = sum(s.get("calls", 0) for s in spend.values())
+    off = lambda guess, real: f" ({(guess - real) / real:+.0%})" if real else ""  # noqa: E731
+    return ["", f"Before its search it estimated ~{est['tokens']:,} tokens{off(est['tokens'], tokens)} and "
+            f"~{est['calls']:,} model calls{off(est['calls'], calls)} in {est['iterations']} iterations; every "
+            f"role together spent {tokens:,} tokens in {calls:,} calls, in {summary.get('iterations', 0)} "
+            "iterations."]
 
 
 def _row(name: str, m: dict) -> str:
@@ -166,12 +199,7 @@ def render(run, summary: dict) -> str:
         reason = (r.get("reason") or "").splitlines()[0].split(" (score ")[0][:80] if r.get("reason") else ""
         lines.append(f"| {r['candidate_id']} | {r['proposer']} | {r['operator']} | {r['parent_id']} | {r['status']} | "
                      f"{'' if score is None else f'{score:.3f}'} | {paired} | {reason} |")
-    stopped = [(r.get("scores") or {}).get("saved_episodes") for r in rows]
-    stopped = [n for n in stopped if isinstance(n, int)]
-    if stopped:
-        lines += ["", f"Early stopping: {len(stopped)} candidates stopped before the whole dev split, when their "
-                      f"paired score against their parent could no longer be admitted; {sum(stopped)} dev episodes "
-                      "not played."]
+    lines += early_lines(rows)
     lines += monitor_lines(run, rows)
     lines += cut_lines(run)
     lines += judge_lines(run)

@@ -298,6 +298,16 @@ class Store:
                                          latency_s=lat, error=err, monitor=_loads(verdict)))
 
     @_locked
+    def add_uses(self, run_id: str, episodes: list[Episode]) -> None:
+        """Record that run ``run_id`` used ``episodes`` from the cache; those another run stored are then
+        among its episodes (:meth:`episodes`). Its own, and a use already recorded, are skipped."""
+        ids = sorted({e.id for e in episodes if e.id and e.run_id != run_id})
+        if not run_id or not ids:
+            return
+        self._con.execute("INSERT INTO episode_uses SELECT ?, u.id, ? FROM (SELECT unnest(?::VARCHAR[]) AS id) u "
+                          "ON CONFLICT DO NOTHING", [run_id, _now(), ids])
+
+    @_locked
     def cached(self, keys: list[str], purpose: str | None = None) -> dict[str, Episode]:
         """The evaluation cache: one stored episode per found key, from any run, steps not loaded.
 
@@ -318,12 +328,16 @@ class Store:
                  purpose: str | None = None, max_score: float | None = None, min_score: float | None = None,
                  limit: int | None = None, with_steps: bool = False,
                  ids: list[str] | None = None) -> list[Episode]:
-        """Episodes in insertion order, filtered by every argument given; score bounds are inclusive."""
+        """Episodes in insertion order, filtered by every argument given; score bounds are inclusive. A
+        run's episodes (``run_id``) are those it stored and those it took from the cache (:meth:`add_uses`)."""
         where, params = [], []
         if ids is not None:
             where.append("episode_id IN (SELECT unnest(?::VARCHAR[]))")
             params.append(list(ids))
-        for col, op, val in (("run_id", "=", run_id), ("program_id", "=", program_id), ("split", "=", split),
+        if run_id is not None:
+            where.append("(run_id = ? OR episode_id IN (SELECT episode_id FROM episode_uses WHERE run_id = ?))")
+            params += [run_id, run_id]
+        for col, op, val in (("program_id", "=", program_id), ("split", "=", split),
                              ("purpose", "=", purpose), ("score", "<=", max_score), ("score", ">=", min_score)):
             if val is not None:
                 where.append(f"{col} {op} ?")

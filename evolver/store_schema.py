@@ -221,7 +221,19 @@ def m004_judgements(con) -> None:
     )""")
 
 
-MIGRATIONS: list[Callable] = [m001_initial, m002_autoskill, m003_step_monitor, m004_judgements]
+def m005_episode_uses(con) -> None:
+    """Episodes a run took from the evaluation cache (stored by another run): without this row the run
+    that used them could not find them under its own id."""
+    con.execute("""
+    CREATE TABLE episode_uses (
+        run_id VARCHAR NOT NULL,
+        episode_id VARCHAR NOT NULL,
+        created_at TIMESTAMP NOT NULL,
+        PRIMARY KEY (run_id, episode_id)
+    )""")
+
+
+MIGRATIONS: list[Callable] = [m001_initial, m002_autoskill, m003_step_monitor, m004_judgements, m005_episode_uses]
 
 # How an Episode and its Steps become rows: (column, DuckDB type, staging kind, getter), in table
 # order. Kinds: "s" text, "j" JSON text, "i" int64, "f" float64, "b" bool; a getter of None marks a

@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from evolver.gate import compare, paired_bootstrap, sign_test, task_means
+from evolver.gate import compare, interim_level, paired_bootstrap, sign_test, task_means
 
 
 def tasks(values):
@@ -96,3 +96,38 @@ def test_power_at_the_default_dev_size():
     assert simulated_pass_rate(0.2, 0.3) >= 0.8
     assert simulated_pass_rate(0.0, 0.3) <= 0.06
     assert math.isclose(simulated_pass_rate(0.2, 0.3, n_tasks=24), simulated_pass_rate(0.2, 0.3))  # seeded
+
+
+def test_the_interim_level_spends_little_of_the_error_early():
+    assert math.isclose(interim_level(0.95, 1.0), 0.95)
+    assert math.isclose(interim_level(0.95, 0.5), 0.99443, abs_tol=1e-4)  # O'Brien-Fleming halfway
+    assert interim_level(0.95, 0.25) > interim_level(0.95, 0.5) > interim_level(0.90, 0.5)
+    with pytest.raises(ValueError, match="share of the tasks"):
+        interim_level(0.95, 0.0)
+
+
+def two_look_pass_rate(effect: float, spread: float = 0.3, n_tasks: int = 24,
+                       runs: int = 400) -> tuple[float, float, float]:
+    """(admitted by the whole split's 95% test alone, admitted at either look, admitted at the halfway
+    look) when a candidate is admitted early if its first half passes at the interim level."""
+    rng = np.random.default_rng(11)
+    alone = either = early = 0
+    half = n_tasks // 2
+    for r in range(runs):
+        d = np.clip(rng.normal(effect, spread, n_tasks), -1, 1)
+        first = compare(tasks(d[:half]), tasks(np.zeros(half)), level=interim_level(0.95, 0.5), resamples=2000, seed=r)
+        whole = compare(tasks(d), tasks(np.zeros(n_tasks)), resamples=2000, seed=r)
+        alone += whole.verdict == "better"
+        early += first.verdict == "better"
+        either += first.verdict == "better" or whole.verdict == "better"
+    return alone / runs, either / runs, early / runs
+
+
+def test_an_early_look_keeps_false_admissions_near_the_gate_alone_and_stops_large_gains():
+    """A candidate no better than the member passes the two looks about as rarely as the 95% gate alone
+    (the percentile bootstrap on 24 tasks passes ~6% of them, above its nominal 2.5%; the early look adds
+    under 1.5 points), while a large gain (+0.5) is already admitted at the halfway look."""
+    alone, either, early = two_look_pass_rate(0.0)
+    assert either <= alone + 0.015 and early <= 0.02
+    _, big_either, big_early = two_look_pass_rate(0.5)
+    assert big_early >= 0.95 and big_either == 1.0

@@ -57,6 +57,27 @@ def test_a_skill_that_helps_is_admitted_tagged_and_logged(tmp_path):
         store.close()
 
 
+def test_a_second_run_in_the_same_store_finds_the_rollouts_it_took_from_the_cache(tmp_path):
+    """A run's rollouts that another run already played come from the cache, unplayed, and are still
+    the run's episodes: a proposer that reads the run's training episodes (the skill miner) sees them."""
+    import toybench
+    first, store, repo, _ = run_once(tmp_path, toybench.make_rule(), iterations=1)
+    try:
+        again = Run(first.config, store, repo)
+        try:
+            run_loop(again)
+        finally:
+            again.close()
+        theirs = {e.id for e in store.episodes(run_id=first.id, split="train", program_id="seed")}
+        mine = store.episodes(run_id=again.id, split="train", with_steps=True)
+        assert len(theirs) == 4 and theirs <= {e.id for e in mine}
+        assert all(e.run_id == first.id and e.steps for e in mine if e.id in theirs)
+        assert store.query("SELECT count(*) FROM episodes WHERE run_id = ? AND program_id = 'seed' "
+                           "AND split = 'train'", [again.id])[1] == [(0,)]  # none played again
+    finally:
+        store.close()
+
+
 def test_a_benchmarks_skill_pack_is_opt_in_and_the_report_labels_programs_that_carry_it(tmp_path, monkeypatch):
     import toybench
 
@@ -368,6 +389,41 @@ def test_staged_evaluation_stops_a_clearly_worse_candidate_after_the_probe(tmp_p
         # the admitted one played the whole dev split (4 tasks) without replaying its probe
         assert len(store.episodes(program_id=first["candidate_id"], split="dev")) == 4
         assert summary["best"] == first["candidate_id"]
+    finally:
+        run.close()
+        store.close()
+
+
+@pytest.mark.parametrize("admit_early", [True, False])
+def test_a_candidate_certain_to_be_admitted_stops_halfway_through_dev(tmp_path, admit_early):
+    import toybench
+    plugins.load_local(TOY)
+    cfg = make_config(tmp_path, toybench.make_rule(), iterations=1, dev_per_category=6, objectives=["score:max"],
+                      admit_early=admit_early)
+    cfg.benchmark_options = {"size": 24}  # 12 dev tasks, 6 a category: the half stage (6) is past the probe (2)
+    store = Store(Path(cfg.store) / "evolver.duckdb")
+    run = Run(cfg, store, ProgramRepo(Path(cfg.store)), console=Console())
+    try:
+        summary = run_loop(run)
+        (prop,) = store.proposals(run.id)
+        assert prop["status"] == "admitted" and summary["best"] == prop["candidate_id"]
+        played = store.episodes(program_id=prop["candidate_id"], split="dev")
+        report = Path(summary["report"]).read_text()
+        if not admit_early:
+            assert len(played) == 12 and "saved_episodes" not in prop["scores"]
+            assert "Early stopping" not in report
+            return
+        # the seed scores 0 on every task and the candidate 1: +1 on all 6 tasks passes even at the interim level
+        assert len(played) == 6 and prop["scores"]["dev_tasks"] == 6 and prop["scores"]["saved_episodes"] == 6
+        certain = prop["scores"]["certain"]
+        assert certain["weakest"]["versus"] == "seed" and certain["weakest"]["n"] == 6
+        assert certain["level"] > cfg.loop.gate_level
+        assert any("stopped after 6 of 12 dev tasks, certain to be admitted" in line for line in run.console.lines)
+        assert "1 stopped when already certain to be admitted" in report and "6 dev episodes not played" in report
+        evals = [r for r in store.query("SELECT program_id, n FROM evaluations WHERE run_id = ? AND split = 'dev'",
+                                        [run.id])[1] if r[0] == prop["candidate_id"]]
+        assert evals == [(prop["candidate_id"], 6)]
+        assert summary["test"][prop["candidate_id"]]["score"] == 1.0  # the test split is played whole
     finally:
         run.close()
         store.close()

@@ -242,3 +242,18 @@ def test_the_seed_repository_appears_whole_and_a_half_made_one_is_rebuilt(tmp_pa
                    cwd=other / "programs", check=True)
     with pytest.raises(ProgramRepoError, match="not a program repository evolver made"):
         ProgramRepo(other).init(seed_dir, {"id": "seed"})  # someone's own repository is never moved
+
+
+def test_a_git_write_that_fails_on_a_full_disk_says_so_even_when_git_does_not(repo, monkeypatch):
+    """git reports a ref lock it could not write without errno's words; the free space says why."""
+    from collections import namedtuple
+
+    from evolver import programs
+    from evolver.errors import RepoDamagedError
+    with pytest.raises(ProgramRepoError) as plain:
+        repo._git("tag", "-f", "x", "no-such-ref")
+    assert not isinstance(plain.value, RepoDamagedError)  # room enough: git's own words
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(programs.shutil, "disk_usage", lambda path: usage(10 << 20, (10 << 20) - 4096, 4096))
+    with pytest.raises(RepoDamagedError, match=r"(?s)No space left on device: 4096 bytes free.*disk is full"):
+        repo._git("tag", "-f", "x", "no-such-ref")

@@ -217,6 +217,20 @@ def test_cached_lookup(store):
     assert store.cached([]) == {}
 
 
+def test_a_run_finds_the_episodes_it_took_from_the_cache_among_its_own(store):
+    theirs = [make_episode(i, run_id="r1", split="train", purpose="train") for i in range(3)]
+    store.add_episodes(theirs)
+    found = store.cached([e.cache_key for e in theirs[:2]])
+    store.add_uses("r2", list(found.values()))
+    store.add_uses("r2", list(found.values()))  # recorded once
+    store.add_uses("r1", list(found.values()))  # r1's own: nothing to record
+    mine = store.episodes(run_id="r2", split="train", with_steps=True)
+    assert sorted(e.id for e in mine) == sorted(e.id for e in theirs[:2]) and all(len(e.steps) == 3 for e in mine)
+    assert len(store.episodes(run_id="r1")) == 3 and count(store, "episode_uses") == 2
+    # still not played by r2: what it stored itself is what counts as played
+    assert store.query("SELECT count(*) FROM episodes WHERE run_id = 'r2'")[1] == [(0,)]
+
+
 def test_cached_many_keys_is_one_fast_query(store):
     eps = [make_episode(i, n_steps=1) for i in range(3000)]
     store.add_episodes(eps)

@@ -26,13 +26,15 @@ class UpperBench(Benchmark):
     categories = ["fruit", "nature"]
     max_steps = 1
 
-    def __init__(self, **_):
-        pass
+    def __init__(self, size: int = 4, **_):
+        self.size = size  # tasks per split; words repeat with a number after the first dozen
 
     def tasks(self, split, per_category=None):
-        offset = {"train": 0, "dev": 4, "test": 8}[split]
+        offset = {"train": 0, "dev": 1, "test": 2}[split] * self.size
+        words = [WORDS[j % len(WORDS)] + (str(j // len(WORDS)) if j >= len(WORDS) else "")
+                 for j in range(offset, offset + self.size)]
         out = []
-        for i, w in enumerate(WORDS[offset:offset + 4]):
+        for i, w in enumerate(words):
             cat = self.categories[i % 2]
             out.append(Task(id=f"upper/{split}/{i}", benchmark="upper", split=split, category=cat, seed=i,
                             prompt=f"Answer with the word: {w}", gold=w.upper()))

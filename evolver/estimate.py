@@ -1,0 +1,90 @@
+"""What a run will most likely spend, said before its search starts, beside the ceiling of
+:func:`evolver.playing.planned`.
+
+The first iteration's rollouts are the seed's episodes on a training batch; the run plays them first
+(the iteration finds them in the cache), and their means per episode (tokens, model calls, seconds)
+price every episode the loop will play:
+  - the seed's dev and test episodes, and the first iteration's rollouts, at the seed's rate, less
+    what the evaluation cache already holds (a repeat run in the same store plays none of them again);
+  - every candidate's smoke episode and dev episodes, the later rollouts and the best's test
+    episodes, at the seed's rate times ``ratio``: what candidates cost per episode against their
+    parent in this store's earlier runs of the same benchmark and executor model, or 1 (a candidate
+    costs what its parent does) where there are none;
+  - as many iterations as the wall-time budget leaves room for at the pilot's seconds per episode.
+What proposers spend themselves (a trainer's rollouts, a proposer's own model calls) is not counted.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+from evolver.seeding import SEED_ID
+
+
+@dataclass(frozen=True)
+class Rate:
+    """Means per episode of ``n`` episodes: tokens (prompt and reply), model calls (steps), wall seconds."""
+
+    tokens: float
+    calls: float
+    seconds: float
+    n: int
+
+    @classmethod
+    def of(cls, episodes: list, seconds: float) -> "Rate":
+        n = max(1, len(episodes))
+        return cls(sum((e.prompt_tokens or 0) + (e.completion_tokens or 0) for e in episodes) / n,
+                   sum(len(e.steps) or getattr(e, "n_steps", 0) for e in episodes) / n, seconds / n, len(episodes))
+
+
+def history_ratio(store, run_id: str, benchmark: str, model: str) -> tuple[float | None, int]:
+    """(tokens per episode of other programs / the seed's, episodes behind it) over the dev and test
+    episodes of this store's other runs on ``benchmark`` with executor ``model``; None without both."""
+    rows = store.query(
+        "SELECT program_id = ? AS seed, avg(prompt_tokens + completion_tokens), count(*) FROM episodes "
+        "WHERE run_id <> ? AND benchmark = ? AND model IS NOT DISTINCT FROM ? AND purpose = 'eval' GROUP BY 1",
+        [SEED_ID, run_id, benchmark, model])[1]
+    by = {bool(r[0]): (float(r[1] or 0), int(r[2])) for r in rows}
+    if True not in by or False not in by or by[True][0] <= 0:
+        return None, 0
+    return by[False][0] / by[True][0], by[False][1]
+
+
+def estimate(cfg, data: dict, k: int, rate: Rate, cached: int, elapsed: float, ratio: float | None,
+             smoke_steps: int, max_steps: int, pilot_played: int | None = None) -> dict:
+    """The expected spend of a run (module doc): ``cfg`` its loop config, ``data`` its splits, ``k``
+    episodes per dev or test task, ``rate`` the pilot's, ``cached`` how many of the seed's dev and test
+    episodes the cache already holds, ``elapsed`` the seconds spent before the search, ``ratio`` the
+    candidates' cost against their parent (None: 1), ``pilot_played`` how many of the pilot's rollouts
+    were played (not found in the cache; None: all)."""
+    r = 1.0 if ratio is None else ratio
+    dev, test = len(data["dev"]) * k, len(data["test"]) * k
+    batch = cfg.train_per_category * max(1, len({t.category for t in data["train"]}))
+    seed_eps = max(0, dev + test - cached)
+    smoke = min(1.0, smoke_steps / max(1, max_steps))  # a smoke episode is cut after a few moves
+    per_candidate = smoke + dev
+    first = rate.seconds * (dev - min(dev, cached)) + elapsed
+    one_iteration = rate.seconds * (batch + r * cfg.candidates_per_iteration * per_candidate)
+    iterations = 1
+    while iterations < cfg.iterations and first + (iterations + 1) * one_iteration < cfg.max_wall_s:
+        iterations += 1
+    finals = 1 if cfg.test_frontier is False else cfg.frontier_capacity
+    # the first rollouts are the pilot: already spent when this is said, unless the cache had them
+    seed_part = seed_eps + (batch if pilot_played is None else pilot_played)
+    search = iterations * cfg.candidates_per_iteration * per_candidate + (iterations - 1) * batch + finals * test
+    episodes = seed_part + r * search
+    return {"tokens": round(episodes * rate.tokens), "calls": round(episodes * rate.calls),
+            "episodes": {"seed": seed_part, "search": round(search, 1)}, "iterations": iterations,
+            "ratio": ratio, "rate": asdict(rate), "cached": cached,
+            "wall_s": round(first + iterations * one_iteration + rate.seconds * (test + r * finals * test))}
+
+
+def estimate_line(est: dict) -> str:
+    """What :func:`estimate` says, as the run prints it before its search starts."""
+    why = ("candidates at the seed's rate: no earlier run here to say otherwise" if est["ratio"] is None
+           else f"candidates at {est['ratio']:.2f}x the seed's rate, as in this store's earlier runs")
+    cached = f", {est['cached']} of the seed's episodes cached" if est["cached"] else ""
+    return (f"estimate: ~{est['tokens']:,} tokens and ~{est['calls']:,} model calls in {est['iterations']} "
+            f"iteration{'s' if est['iterations'] != 1 else ''}, ~{math.ceil(est['wall_s'] / 60)} min "
+            f"(the seed's {est['rate']['n']} rollouts priced it: {est['rate']['tokens']:.0f} tokens and "
+            f"{est['rate']['calls']:.1f} calls an episode; {why}{cached}); proposers' own spend not counted")

@@ -1,0 +1,75 @@
+"""The run's expected spend, said before its search (evolver/estimate.py), and what it spent beside it."""
+from pathlib import Path
+
+from evolver.config import LoopConfig
+from evolver.estimate import Rate, estimate, estimate_line
+from evolver.types import Task
+
+
+def splits(train=12, dev=24, test=36, categories=6):
+    def tasks(split, n):
+        return [Task(id=f"b/{split}/{i}", benchmark="b", split=split, category=f"c{i % categories}", prompt="p")
+                for i in range(n)]
+    return {"train": tasks("train", train), "dev": tasks("dev", dev), "test": tasks("test", test)}
+
+
+RATE = Rate(tokens=1000.0, calls=10.0, seconds=10.0, n=6)
+
+
+def test_the_seeds_episodes_and_the_search_are_priced_at_the_pilots_rate():
+    cfg = LoopConfig(iterations=3, candidates_per_iteration=1, max_wall_s=10_000)
+    est = estimate(cfg, splits(), 1, RATE, cached=0, elapsed=60, ratio=None, smoke_steps=5, max_steps=50)
+    # seed: 24 dev + 36 test + 6 rollouts; search: 3 x (0.1 smoke + 24 dev) + 2 later batches of 6 + 36 test
+    assert est["episodes"] == {"seed": 66, "search": round(3 * 24.1 + 12 + 36, 1)}
+    assert est["iterations"] == 3 and est["tokens"] == round((66 + 120.3) * 1000) and est["calls"] == round(1863)
+    assert "no earlier run here" in estimate_line(est) and "in 3 iterations" in estimate_line(est)
+
+
+def test_the_wall_budget_the_cache_and_cheaper_candidates_lower_it():
+    cfg = LoopConfig(iterations=3, candidates_per_iteration=1, max_wall_s=540)
+    # the seed's dev takes 240 s and an iteration (6 rollouts + 24.1 candidate episodes) ~300 s: one fits
+    short = estimate(cfg, splits(), 1, RATE, cached=0, elapsed=60, ratio=None, smoke_steps=5, max_steps=50)
+    assert short["iterations"] == 1
+    cheap = estimate(cfg, splits(), 1, RATE, cached=0, elapsed=60, ratio=0.1, smoke_steps=5, max_steps=50)
+    # 300 s before the search, ~84 s an iteration: a third would end past 540 s, as the loop judges it
+    assert cheap["iterations"] == 2 and cheap["tokens"] < short["tokens"]
+    assert "0.10x the seed's rate" in estimate_line(cheap)
+    repeat = estimate(cfg, splits(), 1, RATE, cached=60, elapsed=1, ratio=0.1, smoke_steps=5, max_steps=50,
+                      pilot_played=0)
+    assert repeat["episodes"]["seed"] == 0 and "60 of the seed's episodes cached" in estimate_line(repeat)
+
+
+def test_a_run_says_its_estimate_first_and_reports_it_beside_its_spend_and_a_repeat_knows_its_cache(tmp_path):
+    import toybench
+    from test_loop import Console, make_config
+
+    from evolver import plugins
+    from evolver.loop import run_loop
+    from evolver.programs import ProgramRepo
+    from evolver.run import Run
+    from evolver.store import Store
+    plugins.load_local(Path(__file__).parent / "toybench.py")
+    cfg = make_config(tmp_path, toybench.make_rule(), iterations=1)
+    store = Store(Path(cfg.store) / "evolver.duckdb")
+    repo = ProgramRepo(Path(cfg.store))
+    try:
+        estimates = []
+        for _ in range(2):
+            run = Run(cfg, store, repo, console=Console())
+            try:
+                summary = run_loop(run)
+            finally:
+                run.close()
+            est = summary["estimate"]
+            estimates.append(est)
+            line = next(i for i, text in enumerate(run.console.lines) if text.startswith("estimate: ~"))
+            assert line == 1 and run.console.lines[0].startswith("plan: at most")
+            assert est["rate"]["n"] == 4 and est["rate"]["calls"] == 1.0 and est["tokens"] > 0
+            assert "Before its search it estimated ~" in Path(summary["report"]).read_text()
+        first, again = estimates
+        assert first["cached"] == 0 and first["ratio"] is None
+        # the repeat finds the seed's 4 dev and 4 test episodes in the cache, and the first run's candidates
+        # and its pilot rollouts too: nothing of the seed's is left to spend
+        assert again["cached"] == 8 and again["ratio"] is not None and again["episodes"]["seed"] == 0
+    finally:
+        store.close()
