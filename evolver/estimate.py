@@ -10,31 +10,36 @@ price every episode the loop will play:
     episodes, at the seed's rate times ``ratio``: what candidates cost per episode against their
     parent in this store's earlier runs of the same benchmark and executor model, or 1 (a candidate
     costs what its parent does) where there are none;
-  - as many iterations as the wall-time budget leaves room for at the pilot's seconds per episode.
+  - as many iterations as the wall-time budget leaves room for at the pilot's seconds per episode (a
+    rough count: a lockstep plays a bigger batch faster per episode, so no wall time is promised).
 What proposers spend themselves (a trainer's rollouts, a proposer's own model calls) is not counted.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 
+from evolver.budget import cost_of
 from evolver.seeding import SEED_ID
 
 
 @dataclass(frozen=True)
 class Rate:
-    """Means per episode of ``n`` episodes: tokens (prompt and reply), model calls (steps), wall seconds."""
+    """Means per episode of ``n`` episodes: tokens (prompt and reply), model calls (steps), wall seconds,
+    and the reply's share of the tokens (``completion``)."""
 
     tokens: float
     calls: float
     seconds: float
     n: int
+    completion: float = 0.0
 
     @classmethod
     def of(cls, episodes: list, seconds: float) -> "Rate":
         n = max(1, len(episodes))
-        return cls(sum((e.prompt_tokens or 0) + (e.completion_tokens or 0) for e in episodes) / n,
-                   sum(len(e.steps) or getattr(e, "n_steps", 0) for e in episodes) / n, seconds / n, len(episodes))
+        prompt = sum(e.prompt_tokens or 0 for e in episodes) / n
+        reply = sum(e.completion_tokens or 0 for e in episodes) / n
+        return cls(prompt + reply, sum(len(e.steps) for e in episodes) / n, seconds / n, len(episodes),
+                   reply / (prompt + reply) if prompt + reply else 0.0)
 
 
 def history_ratio(store, run_id: str, benchmark: str, model: str) -> tuple[float | None, int]:
@@ -51,12 +56,12 @@ def history_ratio(store, run_id: str, benchmark: str, model: str) -> tuple[float
 
 
 def estimate(cfg, data: dict, k: int, rate: Rate, cached: int, elapsed: float, ratio: float | None,
-             smoke_steps: int, max_steps: int, pilot_played: int | None = None) -> dict:
+             smoke_steps: int, max_steps: int, pilot_played: int | None = None, price=None) -> dict:
     """The expected spend of a run (module doc): ``cfg`` its loop config, ``data`` its splits, ``k``
     episodes per dev or test task, ``rate`` the pilot's, ``cached`` how many of the seed's dev and test
     episodes the cache already holds, ``elapsed`` the seconds spent before the search, ``ratio`` the
     candidates' cost against their parent (None: 1), ``pilot_played`` how many of the pilot's rollouts
-    were played (not found in the cache; None: all)."""
+    were played (not found in the cache; None: all), ``price`` the executor's (None: free)."""
     r = 1.0 if ratio is None else ratio
     dev, test = len(data["dev"]) * k, len(data["test"]) * k
     batch = cfg.train_per_category * max(1, len({t.category for t in data["train"]}))
@@ -73,10 +78,20 @@ def estimate(cfg, data: dict, k: int, rate: Rate, cached: int, elapsed: float, r
     seed_part = seed_eps + (batch if pilot_played is None else pilot_played)
     search = iterations * cfg.candidates_per_iteration * per_candidate + (iterations - 1) * batch + finals * test
     episodes = seed_part + r * search
-    return {"tokens": round(episodes * rate.tokens), "calls": round(episodes * rate.calls),
+    tokens = episodes * rate.tokens
+    cost = 0.0 if price is None else cost_of(price, round(tokens * (1 - rate.completion)),
+                                             round(tokens * rate.completion))
+    return {"tokens": round(tokens), "calls": round(episodes * rate.calls), "cost": round(cost, 6),
+            "seed_tokens": round(seed_part * rate.tokens),
             "episodes": {"seed": seed_part, "search": round(search, 1)}, "iterations": iterations,
-            "ratio": ratio, "rate": asdict(rate), "cached": cached,
-            "wall_s": round(first + iterations * one_iteration + rate.seconds * (test + r * finals * test))}
+            "ratio": ratio, "rate": asdict(rate), "cached": cached}
+
+
+def over_caps(est: dict, caps) -> list[str]:
+    """The ``[budget]`` totals the estimate passes (``caps``: a :class:`evolver.config.BudgetConfig`)."""
+    return [f"budget.{name} = {cap:g}" for name, cap in (("tokens", caps.tokens), ("calls", caps.calls),
+                                                           ("cost", caps.cost))
+            if cap is not None and est[name] > cap]
 
 
 def estimate_line(est: dict) -> str:
@@ -84,7 +99,10 @@ def estimate_line(est: dict) -> str:
     why = ("candidates at the seed's rate: no earlier run here to say otherwise" if est["ratio"] is None
            else f"candidates at {est['ratio']:.2f}x the seed's rate, as in this store's earlier runs")
     cached = f", {est['cached']} of the seed's episodes cached" if est["cached"] else ""
-    return (f"estimate: ~{est['tokens']:,} tokens and ~{est['calls']:,} model calls in {est['iterations']} "
-            f"iteration{'s' if est['iterations'] != 1 else ''}, ~{math.ceil(est['wall_s'] / 60)} min "
+    cost = f", ~{est['cost']:.4g} in cost" if est.get("cost") else ""
+    seed = est.get("seed_tokens", 0)
+    return (f"estimate: ~{est['tokens']:,} tokens (the seed's own episodes ~{seed:,}, the search "
+            f"~{est['tokens'] - seed:,}) and ~{est['calls']:,} model calls{cost} in {est['iterations']} "
+            f"iteration{'s' if est['iterations'] != 1 else ''} "
             f"(the seed's {est['rate']['n']} rollouts priced it: {est['rate']['tokens']:.0f} tokens and "
             f"{est['rate']['calls']:.1f} calls an episode; {why}{cached}); proposers' own spend not counted")

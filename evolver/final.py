@@ -70,7 +70,7 @@ def best_of_n(run: Run, dev: list) -> dict:
     """The seed program sampled with N job seeds (:func:`baseline_jobs`) on dev, all N in one lockstep;
     returns N, each seed's dev score and the best seed (the first of equals). N = :func:`tries`. With
     N = 1 there is nothing to pick on dev, and the one sampled seed goes straight to test. Seeds already
-    played beside the candidates on dev (``evolver.loop._evaluate_and_select``) come from the episode
+    played beside the candidates on dev (``evolver.selection.evaluate_and_select``) come from the episode
     cache."""
     cfg = run.config.loop
     n = max(1, tries(run))

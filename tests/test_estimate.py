@@ -73,3 +73,18 @@ def test_a_run_says_its_estimate_first_and_reports_it_beside_its_spend_and_a_rep
         assert again["cached"] == 8 and again["ratio"] is not None and again["episodes"]["seed"] == 0
     finally:
         store.close()
+
+
+def test_a_priced_executor_gets_a_cost_and_a_cap_below_the_estimate_is_named():
+    from evolver.config import BudgetConfig, Price
+    from evolver.estimate import over_caps
+    cfg = LoopConfig(iterations=1, candidates_per_iteration=1, max_wall_s=10_000)
+    rate = Rate(tokens=1000.0, calls=10.0, seconds=10.0, n=6, completion=0.1)
+    est = estimate(cfg, splits(), 1, rate, cached=0, elapsed=0, ratio=None, smoke_steps=5, max_steps=50,
+                   price=Price(input=1.0, output=10.0))
+    tokens = est["tokens"]  # 66 + 24.1 + 36 episodes of 1000 tokens, 10% of them replies
+    assert tokens == 126_100 and est["cost"] == round((tokens * 0.9 * 1.0 + tokens * 0.1 * 10.0) / 1e6, 6)
+    assert "in cost" in estimate_line(est)
+    caps = BudgetConfig(tokens=100_000, calls=10_000)
+    assert over_caps(est, caps) == ["budget.tokens = 100000"]
+    assert over_caps(est, BudgetConfig()) == []

@@ -588,7 +588,7 @@ def test_a_sampling_executor_plays_several_episodes_per_dev_task_and_the_gate_av
 def test_the_stages_of_an_evaluation_grow_by_category_in_dev_order():
     from types import SimpleNamespace as T
 
-    from evolver.loop import probe_tasks
+    from evolver.selection import probe_tasks
     dev = [T(category=c, i=i) for i, c in enumerate("aabbbbc")]
     assert [t.i for t in probe_tasks(dev)] == [0, 2, 6]  # the first of each category
     assert [t.i for t in probe_tasks(dev, 0.5)] == [0, 2, 3, 6]  # ceil(half) of each
@@ -597,7 +597,7 @@ def test_the_stages_of_an_evaluation_grow_by_category_in_dev_order():
 
 def test_a_candidate_stops_early_only_when_worse_by_the_test_and_leaner_on_nothing():
     from evolver.config import LoopConfig
-    from evolver.loop import _hopeless
+    from evolver.selection import _hopeless
     from evolver.types import Episode, Task
 
     def eps(scores, tokens):
@@ -609,6 +609,23 @@ def test_a_candidate_stops_early_only_when_worse_by_the_test_and_leaner_on_nothi
     assert _hopeless(cfg, eps([0] * 6, 50), parent) is None  # worse but leaner: a trade-off, it goes on
     assert _hopeless(cfg, eps([1, 1, 1, 1, 1, 0], 100), parent) is None  # one task lost: within noise
     assert _hopeless(cfg.model_copy(update={"gate": "none"}), eps([0] * 6, 100), parent) is not None
+
+
+@pytest.mark.parametrize("pilot_s", [0.0, 10_000.0])
+def test_the_pilot_rollouts_count_in_the_first_iterations_time(tmp_path, monkeypatch, pilot_s):
+    """The first iteration's rollouts are played before the seed's evaluation (the estimate's pilot); the
+    wall budget still judges that iteration with their time, so a long pilot leaves no room for a second."""
+    import toybench
+
+    import evolver.loop
+    real = evolver.loop._estimate
+    monkeypatch.setattr(evolver.loop, "_estimate", lambda run, seed, data: real(run, seed, data) | {"pilot_s": pilot_s})
+    run, store, _, _ = run_once(tmp_path, toybench.make_rule(), iterations=2, max_wall_s=5_000,
+                                failure_threshold=1.01, patience=5)
+    try:
+        assert len(store.iterations(run.id)) == (1 if pilot_s else 2)
+    finally:
+        store.close()
 
 
 def test_a_resumed_run_counts_the_work_done_before_its_stop_against_its_wall_time(tmp_path):
