@@ -321,7 +321,8 @@ def run(obj: Ctx, resume, proposer_names, iterations, cluster_engine, overrides)
                 summary = run_loop(r)
         except BudgetExceeded as exc:  # a cap the user set: the run ends here, resumable with a larger one
             r.store.update_run(r.id, status="stopped", summary={"stopped": str(exc), "tokens": dict(r.tokens),
-                                                                    "spend": r.models.ledger.spend()})
+                                                                    "spend": r.models.ledger.spend(),
+                                                                    "estimate": r.estimate})
             click.secho(f"run {r.id} stopped at its budget: {exc}", fg="yellow", err=True)
             click.echo(partial_report(r.store, r.store.get_run(r.id)))
             return

@@ -56,15 +56,19 @@ def run_loop(run: Run) -> dict:
             run.store.update_proposal(row["proposal_id"], "abandoned", "the run was stopped before its evaluation")
     start = run.store.last_finished_iteration(run.id) + 1
     run.plan = planned(run, data)
+    kept = (run.store.get_run(run.id) or {}).get("summary") or {}  # what a stopped run kept of its start
     if start > 0:
         last = next(r for r in run.store.iterations(run.id) if r["iteration"] == start - 1)
         run.frontier = Frontier.from_dict(last["summary"]["frontier"])
         before = _spent_before(run)
         run.started -= before  # the wall-time budget counts the work done before the stop, not the pause
         run.log(f"resuming run {run.id} at iteration {start} ({before:.0f}s of work before the stop)")
+        run.estimate = kept.get("estimate")
     else:
         run.log(plan_line(run.plan))
-        run.estimate = _estimate(run, seed, data)
+        # Said once: a run resumed before its first iteration keeps the estimate it made at its start.
+        run.estimate = kept.get("estimate") or _estimate(run, seed, data)
+        run.store.update_run(run.id, summary=kept | {"estimate": run.estimate})
         run.log(estimate_line(run.estimate))
         over = over_caps(run.estimate, run.config.budget)
         if over:

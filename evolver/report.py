@@ -194,11 +194,13 @@ def render(run, summary: dict) -> str:
               "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         score = (r.get("scores") or {}).get("score")
+        part = (r.get("scores") or {}).get("dev_tasks")  # admitted early: the tasks it played, not the split
         c = (r.get("scores") or {}).get("paired")
         paired = f"{c['diff']:+.3f} [{c['low']:.3f}, {c['high']:.3f}] vs {c['versus']}, n={c['n']}" if c else ""
         reason = (r.get("reason") or "").splitlines()[0].split(" (score ")[0][:80] if r.get("reason") else ""
         lines.append(f"| {r['candidate_id']} | {r['proposer']} | {r['operator']} | {r['parent_id']} | {r['status']} | "
-                     f"{'' if score is None else f'{score:.3f}'} | {paired} | {reason} |")
+                     f"{'' if score is None else f'{score:.3f}'}{f' ({part} tasks)' if part else ''} | {paired} | "
+                     f"{reason} |")
     lines += early_lines(rows)
     lines += monitor_lines(run, rows)
     lines += cut_lines(run)
@@ -396,6 +398,7 @@ def partial_report(store, row: dict) -> str:
     if summary.get("tokens"):  # a run stopped at its budget keeps what each role spent
         lines += ["", "## Tokens", ""] + [f"- {role}: {n}{spend_note((summary.get('spend') or {}).get(role))}"
                                           for role, n in sorted(summary["tokens"].items())]
+        lines += estimate_lines(summary | {"iterations": len(its)})
     return "\n".join(lines) + "\n"
 
 

@@ -150,6 +150,8 @@ def _better(objective: str, a: dict, b: dict) -> bool:
 
 
 def evaluate_and_select(run: Run, it: int, candidates: list[Candidate], data: dict) -> list[str]:
+    """Iteration ``it``'s checked candidates on dev (staged when ``loop.staged``), each offered to the
+    frontier; the tags follow. Returns the ids admitted."""
     if not candidates:
         return []
     admitted: list[str] = []
@@ -190,17 +192,18 @@ def _decide(run: Run, it: int, cand: Candidate, ev, per: dict, early: dict | Non
     if decision.admitted:
         cand.status = "admitted"
         transition(run, it, cand, "admitted", decision.reason, evidence, note=f"admitted: {line}",
-                    evicted={gone: before.get(gone, {}) for gone in decision.evicted})
+                   evicted={gone: before.get(gone, {}) for gone in decision.evicted})
         plugins.hook().on_frontier_changed(run=run, frontier=run.frontier)
     else:
         cand.status = "discarded"
         transition(run, it, cand, "discarded", decision.reason, evidence,
-                    note=f"discarded: {line} ({decision.rule})")
+                   note=f"discarded: {line} ({decision.rule})")
     run.repo.remove_worktree(cand.id)
     return decision.admitted
 
 
 def retag(run: Run) -> None:
+    """Move the repository's ``frontier/<id>`` tags and ``best`` to the frontier as it now stands."""
     members = set(run.frontier.ids())
     for tag in run.repo.tags("frontier/"):
         if tag.split("/", 1)[1] not in members:

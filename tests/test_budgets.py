@@ -135,6 +135,7 @@ def test_a_run_never_stores_more_tokens_than_its_budget_and_resumes_with_a_large
                            catch_exceptions=False)
     assert r.exit_code == 0, r.output
     assert "stopped at its budget: budget.tokens = " in r.output and "(partial)" in r.output
+    assert "Before its search it estimated ~" in r.output  # the partial report keeps the estimate
     with Store(tmp_path / "capped" / "evolver.duckdb", read_only=True) as store:
         row = store.latest_run()
         assert row["status"] == "stopped" and "budget.tokens" in row["summary"]["stopped"]

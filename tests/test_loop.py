@@ -420,6 +420,7 @@ def test_a_candidate_certain_to_be_admitted_stops_halfway_through_dev(tmp_path, 
         assert certain["level"] > cfg.loop.gate_level
         assert any("stopped after 6 of 12 dev tasks, certain to be admitted" in line for line in run.console.lines)
         assert "1 stopped when already certain to be admitted" in report and "6 dev episodes not played" in report
+        assert "| 1.000 (6 tasks) |" in report
         evals = [r for r in store.query("SELECT program_id, n FROM evaluations WHERE run_id = ? AND split = 'dev'",
                                         [run.id])[1] if r[0] == prop["candidate_id"]]
         assert evals == [(prop["candidate_id"], 6)]
