@@ -106,3 +106,23 @@ def estimate_line(est: dict) -> str:
             f"iteration{'s' if est['iterations'] != 1 else ''} "
             f"(the seed's {est['rate']['n']} rollouts priced it: {est['rate']['tokens']:.0f} tokens and "
             f"{est['rate']['calls']:.1f} calls an episode; {why}{cached}); proposers' own spend not counted")
+
+
+def forecast(spent: int, search_spent: int, done: int, cfg, elapsed: float, typical_s: float,
+             test_tokens: float) -> dict:
+    """The run's spend as it stands after ``done`` iterations: ``spent`` tokens so far (every role),
+    ``search_spent`` of them in those iterations, as many more iterations as the loop will start (its
+    wall-time rule: each judged at ``typical_s``, the mean so far) at the mean spend of one so far, and
+    ``test_tokens`` for the final test (the seed's and the best's episodes at their dev rates)."""
+    more, t = 0, elapsed
+    while done + more < cfg.iterations and t + typical_s < cfg.max_wall_s:
+        more, t = more + 1, t + typical_s
+    per = search_spent / max(1, done)
+    return {"tokens": round(spent + more * per + test_tokens), "spent": spent, "iterations_left": more,
+            "per_iteration": round(per), "test": round(test_tokens)}
+
+
+def forecast_line(done: int, f: dict) -> str:
+    return (f"forecast after {done} iteration{'s' if done != 1 else ''}: ~{f['tokens']:,} tokens in all "
+            f"(spent {f['spent']:,}; {f['iterations_left']} more at ~{f['per_iteration']:,} each, the final "
+            f"test ~{f['test']:,})")

@@ -39,7 +39,7 @@ def finish(run: Run, seed: Program, data: dict) -> dict:
                "spend": run.models.ledger.spend(),
                "wall_s": run.elapsed(), "iterations": run.iteration + 1,
                "plan": run.plan,
-               "estimate": run.estimate,
+               "estimate": run.estimate, "forecasts": run.forecasts,
                "episodes_stored": run.store.query("SELECT count(*) FROM episodes WHERE run_id = ?", [run.id])[1][0][0],
                "hand_written": hand_written_programs(run.repo, ids)}
     scores = {ev.program_id: v["score"] for ev, v in zip(evals, values)}

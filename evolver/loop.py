@@ -26,7 +26,7 @@ from evolver.budget import BudgetExceeded
 from evolver.checks import audit_harness_code, audit_leakage, check_harness_import, check_skill_files
 from evolver.config import check_config
 from evolver.errors import RepoDamagedError, StoreIOError
-from evolver.estimate import Rate, estimate, estimate_line, history_ratio, over_caps
+from evolver.estimate import Rate, estimate, estimate_line, forecast, forecast_line, history_ratio, over_caps
 from evolver.evaluate import run_episodes, sample_stratified
 from evolver.final import finish
 from evolver.frontier import Frontier
@@ -80,6 +80,7 @@ def run_loop(run: Run) -> dict:
         retag(run)
     idle = _iterations_without_admission(run)
     durations: list[float] = []
+    searched = _spent(run)  # tokens before the first iteration of this session: the search's start
     for it in range(start, cfg.iterations):
         stop = _budget_exhausted(run, idle, sum(durations) / len(durations) if durations else 0.0, first=it == 0)
         if stop:
@@ -92,6 +93,7 @@ def run_loop(run: Run) -> dict:
         pilot = (run.estimate or {}).get("pilot_s", 0.0) if it == 0 else 0.0
         durations.append(time.time() - began + pilot)
         idle = 0 if admitted else idle + 1
+        _forecast(run, it, data, durations, searched)
     return finish(run, seed, data)
 
 
@@ -126,6 +128,26 @@ def _estimate(run: Run, seed: Program, data: dict) -> dict:
     return estimate(cfg, data, k, Rate.of(full, seconds), cached, run.elapsed(), ratio, SMOKE_STEPS,
                     max(1, getattr(run.benchmark, "max_steps", 1) or 1), sum(not e.cached for e in pilot),
                     run.models.price("executor")) | {"pilot_s": round(took, 3)}
+
+
+def _spent(run: Run) -> int:
+    return sum(v["tokens"] for v in run.models.ledger.spend().values())
+
+
+def _forecast(run: Run, it: int, data: dict, durations: list[float], searched: int) -> None:
+    """Say, and keep for the run's summary, what the run will spend in all as it now stands
+    (:func:`evolver.estimate.forecast`): the estimate corrected by what the iterations really cost."""
+    spent = _spent(run)
+    test = 0.0
+    for pid in {SEED_ID, run.frontier.best().program_id}:
+        rows = run.store.query("SELECT avg(prompt_tokens + completion_tokens) FROM episodes WHERE purpose = 'eval' "
+                               "AND split = 'dev' AND program_id = ? AND (run_id = ? OR episode_id IN "
+                               "(SELECT episode_id FROM episode_uses WHERE run_id = ?))", [pid, run.id, run.id])[1]
+        test += float(rows[0][0] or 0) * len(data["test"]) * episodes_per_task(run)
+    f = forecast(spent, spent - searched, len(durations), run.config.loop, run.elapsed(),
+                 sum(durations) / len(durations), test)
+    run.forecasts.append(f | {"after": it + 1})
+    run.log(forecast_line(it + 1, f))
 
 
 def _spent_before(run: Run) -> float:

@@ -132,7 +132,9 @@ def estimate_lines(summary: dict) -> list[str]:
     return ["", f"Before its search it estimated ~{est['tokens']:,} tokens{off(est['tokens'], tokens)} and "
             f"~{est['calls']:,} model calls{off(est['calls'], calls)} in {est['iterations']} iterations; every "
             f"role together spent {tokens:,} tokens in {calls:,} calls, in {summary.get('iterations', 0)} "
-            "iterations."]
+            "iterations."] + [f"After iteration {f['after']} it forecast ~{f['tokens']:,} tokens"
+                              f"{off(f['tokens'], tokens)} ({f['iterations_left']} more iterations)."
+                              for f in summary.get("forecasts") or []]
 
 
 def _row(name: str, m: dict) -> str:

@@ -66,6 +66,7 @@ class Run:
         self.iteration = -1
         self.plan: dict | None = None  # what the loop said it would play at most (evolver.playing.planned)
         self.estimate: dict | None = None  # what it said it would most likely spend (evolver.estimate)
+        self.forecasts: list[dict] = []  # the same, said again after each iteration (evolver.estimate.forecast)
         lc = config.loop
         self.frontier: Frontier = Frontier.from_config(lc.objectives, lc.frontier_capacity, lc.gate, lc.gate_level)
         self.models = Models(config, self.workspace, self.tokens)

@@ -2,7 +2,7 @@
 from pathlib import Path
 
 from evolver.config import LoopConfig
-from evolver.estimate import Rate, estimate, estimate_line
+from evolver.estimate import Rate, estimate, estimate_line, forecast, forecast_line
 from evolver.types import Task
 
 
@@ -66,6 +66,9 @@ def test_a_run_says_its_estimate_first_and_reports_it_beside_its_spend_and_a_rep
             assert line == 1 and run.console.lines[0].startswith("plan: at most")
             assert est["rate"]["n"] == 4 and est["rate"]["calls"] == 1.0 and est["tokens"] > 0
             assert "Before its search it estimated ~" in Path(summary["report"]).read_text()
+            (f,) = summary["forecasts"]  # one iteration: said once, after it, with nothing left to run
+            assert f["after"] == 1 and f["iterations_left"] == 0 and f["spent"] > 0 and f["tokens"] > f["spent"]
+            assert any(text.startswith("forecast after 1 iteration: ~") for text in run.console.lines)
         first, again = estimates
         assert first["cached"] == 0 and first["ratio"] is None
         # the repeat finds the seed's 4 dev and 4 test episodes in the cache, and the first run's candidates
@@ -88,3 +91,12 @@ def test_a_priced_executor_gets_a_cost_and_a_cap_below_the_estimate_is_named():
     caps = BudgetConfig(tokens=100_000, calls=10_000)
     assert over_caps(est, caps) == ["budget.tokens = 100000"]
     assert over_caps(est, BudgetConfig()) == []
+
+
+def test_the_forecast_prices_the_iterations_left_at_what_they_cost_so_far():
+    cfg = LoopConfig(iterations=3, max_wall_s=540)
+    # 2 iterations done at 300 s, 100 s each: a third fits (400 < 540); 50k spent, 20k of it in the search
+    f = forecast(50_000, 20_000, 2, cfg, elapsed=300, typical_s=100, test_tokens=5_000)
+    assert f == {"tokens": 65_000, "spent": 50_000, "iterations_left": 1, "per_iteration": 10_000, "test": 5_000}
+    assert forecast(50_000, 20_000, 2, cfg, elapsed=450, typical_s=100, test_tokens=0)["iterations_left"] == 0
+    assert "forecast after 2 iterations: ~65,000 tokens in all" in forecast_line(2, f)
