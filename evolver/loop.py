@@ -120,14 +120,20 @@ def _estimate(run: Run, seed: Program, data: dict) -> dict:
     seconds = took if any(not e.cached for e in pilot) else max((e.wall_s for e in pilot), default=0.0)
     model = executor(run, seed).model
     k = episodes_per_task(run)
-    templates = [Episode(task=t, program_id=seed.id, program_hash=seed.hash, model=model, seed=cfg.episode_seed + j,
-                         max_steps=t.max_steps or (getattr(run.benchmark, "max_steps", 1) or 1))
-                 for t in data["dev"] + data["test"] for j in range(k)]
-    cached = len(run.store.cached([e.cache_key for e in templates]))
+    cached = k * (len(data["dev"]) + len(data["test"])) - _unplayed(run, seed, data["dev"] + data["test"])
     ratio, _ = history_ratio(run.store, run.id, data["dev"][0].benchmark if data["dev"] else "", model)
     return estimate(cfg, data, k, Rate.of(full, seconds), cached, run.elapsed(), ratio, SMOKE_STEPS,
                     max(1, getattr(run.benchmark, "max_steps", 1) or 1), sum(not e.cached for e in pilot),
                     run.models.price("executor")) | {"pilot_s": round(took, 3)}
+
+
+def _unplayed(run: Run, program: Program, tasks: list) -> int:
+    """How many of ``program``'s evaluation episodes on ``tasks`` the cache does not hold yet."""
+    cfg, model = run.config.loop, executor(run, program).model
+    limit = getattr(run.benchmark, "max_steps", 1) or 1
+    keys = [Episode(task=t, program_id=program.id, program_hash=program.hash, model=model, seed=cfg.episode_seed + j,
+                    max_steps=t.max_steps or limit).cache_key for t in tasks for j in range(episodes_per_task(run))]
+    return len(keys) - len(run.store.cached(keys))
 
 
 def _spent(run: Run) -> int:
@@ -140,10 +146,11 @@ def _forecast(run: Run, it: int, data: dict, durations: list[float], searched: i
     spent = _spent(run)
     test = 0.0
     for pid in {SEED_ID, run.frontier.best().program_id}:
+        program = run.repo.checkout(pid)  # by content: a cached episode may carry another run's name for it
         rows = run.store.query("SELECT avg(prompt_tokens + completion_tokens) FROM episodes WHERE purpose = 'eval' "
-                               "AND split = 'dev' AND program_id = ? AND (run_id = ? OR episode_id IN "
-                               "(SELECT episode_id FROM episode_uses WHERE run_id = ?))", [pid, run.id, run.id])[1]
-        test += float(rows[0][0] or 0) * len(data["test"]) * episodes_per_task(run)
+                               "AND split = 'dev' AND program_hash = ? AND model IS NOT DISTINCT FROM ?",
+                               [program.hash, executor(run, program).model])[1]
+        test += float(rows[0][0] or 0) * _unplayed(run, program, data["test"])
     f = forecast(spent, spent - searched, len(durations), run.config.loop, run.elapsed(),
                  sum(durations) / len(durations), test)
     run.forecasts.append(f | {"after": it + 1})

@@ -53,7 +53,7 @@ def test_a_run_says_its_estimate_first_and_reports_it_beside_its_spend_and_a_rep
     store = Store(Path(cfg.store) / "evolver.duckdb")
     repo = ProgramRepo(Path(cfg.store))
     try:
-        estimates = []
+        estimates, forecasts = [], []
         for _ in range(2):
             run = Run(cfg, store, repo, console=Console())
             try:
@@ -67,13 +67,17 @@ def test_a_run_says_its_estimate_first_and_reports_it_beside_its_spend_and_a_rep
             assert est["rate"]["n"] == 4 and est["rate"]["calls"] == 1.0 and est["tokens"] > 0
             assert "Before its search it estimated ~" in Path(summary["report"]).read_text()
             (f,) = summary["forecasts"]  # one iteration: said once, after it, with nothing left to run
-            assert f["after"] == 1 and f["iterations_left"] == 0 and f["spent"] > 0 and f["tokens"] > f["spent"]
+            forecasts.append(f)
+            assert f["after"] == 1 and f["iterations_left"] == 0 and f["spent"] > 0
             assert any(text.startswith("forecast after 1 iteration: ~") for text in run.console.lines)
         first, again = estimates
         assert first["cached"] == 0 and first["ratio"] is None
         # the repeat finds the seed's 4 dev and 4 test episodes in the cache, and the first run's candidates
         # and its pilot rollouts too: nothing of the seed's is left to spend
         assert again["cached"] == 8 and again["ratio"] is not None and again["episodes"]["seed"] == 0
+        # the final test is still to play after the first run's iteration; the repeat's seed has it cached
+        assert forecasts[0]["test"] > 0 and forecasts[0]["tokens"] > forecasts[0]["spent"]
+        assert 0 < forecasts[1]["test"] < forecasts[0]["test"]
     finally:
         store.close()
 
