@@ -42,17 +42,17 @@ class Rate:
                    reply / (prompt + reply) if prompt + reply else 0.0)
 
 
-def history_ratio(store, run_id: str, benchmark: str, model: str) -> tuple[float | None, int]:
-    """(tokens per episode of other programs / the seed's, episodes behind it) over the dev and test
-    episodes of this store's other runs on ``benchmark`` with executor ``model``; None without both."""
+def history_ratio(store, run_id: str, benchmark: str, model: str) -> float | None:
+    """Tokens per episode of other programs / the seed's, over the dev and test episodes of this store's
+    other runs on ``benchmark`` with executor ``model``; None without both."""
     rows = store.query(
-        "SELECT program_id = ? AS seed, avg(prompt_tokens + completion_tokens), count(*) FROM episodes "
+        "SELECT program_id = ? AS seed, avg(prompt_tokens + completion_tokens) FROM episodes "
         "WHERE run_id <> ? AND benchmark = ? AND model IS NOT DISTINCT FROM ? AND purpose = 'eval' GROUP BY 1",
         [SEED_ID, run_id, benchmark, model])[1]
-    by = {bool(r[0]): (float(r[1] or 0), int(r[2])) for r in rows}
-    if True not in by or False not in by or by[True][0] <= 0:
-        return None, 0
-    return by[False][0] / by[True][0], by[False][1]
+    by = {bool(r[0]): float(r[1] or 0) for r in rows}
+    if True not in by or False not in by or by[True] <= 0:
+        return None
+    return by[False] / by[True]
 
 
 def estimate(cfg, data: dict, k: int, rate: Rate, cached: int, elapsed: float, ratio: float | None,

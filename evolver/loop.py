@@ -121,7 +121,7 @@ def _estimate(run: Run, seed: Program, data: dict) -> dict:
     model = executor(run, seed).model
     k = episodes_per_task(run)
     cached = k * (len(data["dev"]) + len(data["test"])) - _unplayed(run, seed, data["dev"] + data["test"])
-    ratio, _ = history_ratio(run.store, run.id, data["dev"][0].benchmark if data["dev"] else "", model)
+    ratio = history_ratio(run.store, run.id, data["dev"][0].benchmark if data["dev"] else "", model)
     return estimate(cfg, data, k, Rate.of(full, seconds), cached, run.elapsed(), ratio, SMOKE_STEPS,
                     max(1, getattr(run.benchmark, "max_steps", 1) or 1), sum(not e.cached for e in pilot),
                     run.models.price("executor")) | {"pilot_s": round(took, 3)}

@@ -49,13 +49,13 @@ _LOCKS_GUARD = threading.Lock()
 _LEAKED_GIT_ENV = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE")
 #: What git says about a broken object or pack (then the error says how to check and recover).
 _NO_SPACE = re.compile(r"No space left on device|Out of diskspace|Disk quota exceeded|File too large", re.I)
-def _free_bytes(path: Path) -> int:
-    """1 + the bytes free where ``path`` lies when that is under 1 MiB (a full disk: true), else 0."""
+def _low_space(path: Path) -> int | None:
+    """The bytes free where ``path`` lies when under 1 MiB (a full disk), else None."""
     try:
         free = shutil.disk_usage(path).free
     except OSError:
-        return 0
-    return free + 1 if free < 1 << 20 else 0
+        return None
+    return free if free < 1 << 20 else None
 
 
 _DAMAGED = re.compile(r"\bcorrupt|unable to unpack|inflate:|missing (?:blob|tree|commit|tag|object)|bad object|"
@@ -106,9 +106,9 @@ class ProgramRepo:
                 raise ProgramRepoError(f"{failed}: git is not installed or not on PATH ({exc})") from exc
         if check and status != 0:
             said = _NO_SPACE.search(err)
-            free = 0 if said else _free_bytes(where)  # git's lock writes fail without errno's words
-            if said or free:  # systemic like a damaged repository: the run stops, and resumes later
-                why = f" ({os.strerror(errno.ENOSPC)}: {free - 1} bytes free in {where})" if free else ""
+            free = None if said else _low_space(where)  # git's lock writes fail without errno's words
+            if said or free is not None:  # systemic like a damaged repository: the run stops, and resumes later
+                why = "" if said else f" ({os.strerror(errno.ENOSPC)}: {free} bytes free in {where})"
                 raise RepoDamagedError(f"{failed}: {err.strip()}{why}\nThe disk is full (or over a quota): free "
                                        "space, then `evolver run --resume`")
             if _DAMAGED.search(err):

@@ -88,8 +88,7 @@ def _probe(run: Run, it: int, candidates: list[Candidate], data: dict) -> tuple[
             if certain:
                 ev = summarize(cand.id, "dev", played[cand.id])
                 run.store.add_evaluation(run.id, it, ev)
-                early = {"dev_tasks": len(stage), "saved_episodes": saved,
-                         "certain": {"level": certain[0], "weakest": certain[1].to_dict() | {"versus": certain[2]}}}
+                early = {"dev_tasks": len(stage), "saved_episodes": saved, "certain": certain}
                 if _decide(run, it, cand, ev, per_task(played[cand.id]), early, where):
                     admitted.append(cand.id)
                 continue
@@ -107,34 +106,36 @@ def _probe(run: Run, it: int, candidates: list[Candidate], data: dict) -> tuple[
     return candidates, admitted
 
 
-def _certain(run: Run, mine: list, fraction: float):
-    """``(level, weakest comparison, its member)`` when episodes ``mine``, a share ``fraction`` of the dev
-    split, are already certain to be admitted: the paired score is better than every frontier member's
-    on their common tasks at :func:`evolver.gate.interim_level` (stricter than ``loop.gate_level``, so the
-    two looks together admit a candidate no better than a member about as rarely as the gate alone), so
-    no member can dominate or tie it and it beats the weakest at capacity; else None."""
+def _certain(run: Run, mine: list, fraction: float) -> dict | None:
+    """``{"level", "weakest"}`` when episodes ``mine``, a share ``fraction`` of the dev split, are already
+    certain to be admitted: the paired score is better than every frontier member's on their common
+    tasks at :func:`evolver.gate.interim_level` (stricter than ``loop.gate_level``, so the two looks
+    together admit a candidate no better than a member about as rarely as the gate alone), so no member
+    can dominate or tie it and it beats the weakest at capacity; ``weakest`` is the comparison with the
+    lowest interval, with its member as ``versus``. Else None."""
     cfg = run.config.loop
     if not cfg.admit_early or not run.frontier.members:
         return None
-    method = cfg.gate if cfg.gate != "none" else "bootstrap"
     level = interim_level(cfg.gate_level, fraction)
     scores = per_task(mine)["score"]
-    weakest = None
-    for m in run.frontier.members:
-        paired = compare(scores, m.per_task.get("score") or {}, method, level)
-        if paired is None or paired.verdict != "better":
-            return None
-        if weakest is None or paired.low < weakest[1].low:
-            weakest = (level, paired, m.program_id)
-    return weakest
+    paired = {m.program_id: compare(scores, m.per_task.get("score") or {}, _method(cfg), level)
+              for m in run.frontier.members}
+    if any(c is None or c.verdict != "better" for c in paired.values()):
+        return None
+    versus = min(paired, key=lambda pid: paired[pid].low)
+    return {"level": level, "weakest": paired[versus].to_dict() | {"versus": versus}}
+
+
+def _method(cfg) -> str:
+    """The paired test that stops a candidate early: the gate's, bootstrap when the gate is off."""
+    return cfg.gate if cfg.gate != "none" else "bootstrap"
 
 
 def _hopeless(cfg, mine: list, theirs: list):
     """(paired score, candidate's metrics, parent's metrics) when episodes ``mine`` cannot be admitted
     against the parent's ``theirs`` on the same tasks: the paired score is worse (``cfg.gate``'s test,
     bootstrap when off, at ``cfg.gate_level``) and no other objective is better; else None."""
-    method = cfg.gate if cfg.gate != "none" else "bootstrap"
-    paired = compare(per_task(mine)["score"], per_task(theirs)["score"], method, cfg.gate_level)
+    paired = compare(per_task(mine)["score"], per_task(theirs)["score"], _method(cfg), cfg.gate_level)
     a, b = summarize("candidate", "dev", mine).metrics(), summarize("parent", "dev", theirs).metrics()
     if paired is None or paired.verdict != "worse" or any(_better(o, a, b) for o in cfg.objectives[1:]):
         return None
