@@ -81,8 +81,8 @@ class LoopConfig(Strict):
     gate: Literal["bootstrap", "sign", "none"] = "bootstrap"
     """How admission tells a gain from noise on score and success: a paired test of the candidate against
     each frontier member on their common dev tasks (evolver/gate.py; the rule is in evolver/frontier.py).
-    bootstrap: percentile interval of the mean per-task difference; sign: exact sign test (more
-    conservative); none: plain Pareto on the mean values."""
+    bootstrap: percentile interval of the mean per-task difference, expanded for small splits; sign: exact
+    sign test (more conservative); none: plain Pareto on the mean values."""
     gate_level: float = Field(0.95, gt=0.5, lt=1.0)
     """Confidence level of the paired test (and of the intervals the report prints)."""
     dev_episodes_per_task: int | None = Field(None, ge=1)

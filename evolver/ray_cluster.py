@@ -44,6 +44,12 @@ class _Actor:
     def pid(self) -> int:
         return os.getpid()
 
+    def folder(self) -> str:
+        return str(self.worker.folder)
+
+    def close(self) -> None:
+        self.worker.close()
+
     def play(self, units: list[Unit], programs: dict, max_live: int):
         import ray
 
@@ -183,7 +189,12 @@ class RayCluster(Cluster):
     def close(self) -> None:
         import ray
 
-        for worker in getattr(self, "workers", []):
+        workers = getattr(self, "workers", [])
+        try:  # each worker removes its folder of program copies and closes its models; then it is killed
+            ray.get([w.close.remote() for w in workers], timeout=30)
+        except Exception:  # a dead or stuck worker: killing it is all that is left
+            pass
+        for worker in workers:
             try:
                 ray.kill(worker)
             except Exception:

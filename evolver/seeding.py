@@ -18,13 +18,18 @@ SEED_ID = "seed"
 
 
 def seed_files(harness: str = "default", skills: list[str] = (), system_prompt: str | None = None,
-               packs: dict | None = None) -> Path:
-    """A temp folder with the seed program: prompt.md (``system_prompt``, a benchmark's own, else the
-    generic one), skills/ (``skills``: folders copied in, see :func:`evolver.skills.seed_skill_folders`;
-    ``packs``: the benchmark's ``skill_packs``, whose names expand to their skills), harness/harness.py."""
+               packs: dict | None = None, into: Path | None = None) -> Path:
+    """A folder with the seed program: prompt.md (``system_prompt``, a benchmark's own, else the generic
+    one), skills/ (``skills``: folders copied in, see :func:`evolver.skills.seed_skill_folders`; ``packs``:
+    the benchmark's ``skill_packs``, whose names expand to their skills), harness/harness.py. ``into``: the
+    folder to make (it must not exist); None: a new temp folder, which the caller removes."""
     entry = plugins.get("harness", harness)
     folders = seed_skill_folders(list(skills), packs)  # an unknown name fails here, before anything is made
-    tmp = Path(tempfile.mkdtemp(prefix="evolver-seed-"))
+    if into is None:
+        tmp = Path(tempfile.mkdtemp(prefix="evolver-seed-"))
+    else:
+        tmp = Path(into)
+        tmp.mkdir(parents=True)
     if system_prompt:
         (tmp / "prompt.md").write_text(system_prompt.strip() + "\n")
     else:

@@ -3,7 +3,6 @@ scripted judges: shared by the judge-scored task tests (tests/test_judge.py, plu
 from __future__ import annotations
 
 import re
-import shutil
 
 from evolver.backends.scripted import ScriptedBackend
 from evolver.benchmarks.base import Benchmark, Env
@@ -69,7 +68,7 @@ def first_shown_judge(request) -> str:
 
 def program(tmp_path, name: str = "p") -> Program:
     root = tmp_path / name
-    shutil.copytree(seed_files(), root)
+    seed_files(into=root)
     return Program(name, "", str(root), content_hash(root), {})
 
 

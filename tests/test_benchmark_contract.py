@@ -2,7 +2,6 @@
 budgets with visible cuts, tool calls, per-task step limits, the live-Env cap, and the docstring kept true."""
 import json
 import re
-import shutil
 from pathlib import Path
 
 from evolver.backends.scripted import ScriptedBackend
@@ -62,10 +61,7 @@ class Support(Benchmark):
 
 
 def program(tmp_path, bench):
-    files = seed_files(skills=[], system_prompt=bench.harness_hints.get("system_prompt"))
-    root = tmp_path / "p"
-    shutil.copytree(files, root)
-    shutil.rmtree(files)
+    root = seed_files(skills=[], system_prompt=bench.harness_hints.get("system_prompt"), into=tmp_path / "p")
     return Program("p", "", str(root), content_hash(root), {})
 
 

@@ -55,8 +55,7 @@ def reader(window=None):
 def seed(tmp_path):
     root = tmp_path / "seed"
     if not root.exists():
-        import shutil
-        shutil.copytree(seed_files(), root)
+        seed_files(into=root)
     return Program("seed", "", str(root), content_hash(root), {})
 
 

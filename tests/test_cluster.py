@@ -67,6 +67,10 @@ def test_the_cluster_plays_what_the_process_plays_and_the_driver_stores_it(tmp_p
         stored = there.store.episodes(run_id=there.id)
         assert len(stored) == 24 and len({e.id for e in stored}) == 24
         assert there.tokens["executor"] == sum(e.prompt_tokens + e.completion_tokens for e in stored) > 0
+        folders = [Path(ray.get(w.folder.remote())) for w in there.cluster.workers]
+        assert all((f / "programs").is_dir() for f in folders)
+        there.close()
+        assert not any(f.exists() for f in folders)  # the workers' copies of the programs are gone
     finally:
         here.close(), there.close()
         here.store.close(), there.store.close()

@@ -2,7 +2,6 @@
 while sharing, a bound on replay that fails only its episode, and no worker left after close or exit."""
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -186,10 +185,7 @@ class CounterBench(Benchmark):
 
 
 def program(tmp_path):
-    files = seed_files(skills=[])
-    root = tmp_path / "p"
-    shutil.copytree(files, root)
-    shutil.rmtree(files)
+    root = seed_files(skills=[], into=tmp_path / "p")
     return Program("p", "", str(root), content_hash(root), {})
 
 

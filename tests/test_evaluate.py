@@ -20,7 +20,7 @@ import toybench  # noqa: E402
 
 def program(tmp_path, name="p", skills=()):
     root = tmp_path / name
-    shutil.copytree(seed_files(), root)
+    seed_files(into=root)
     for skill in skills:
         write_skill(root / "skills", **skill)
     return Program(name, "", str(root), content_hash(root), {})

@@ -2,7 +2,6 @@
 a user would, played with the scripted backend through the evaluator, and each task's gold scores 1.0."""
 import json
 import os
-import shutil
 import signal
 from pathlib import Path
 
@@ -37,10 +36,7 @@ def load(monkeypatch):
 
 
 def program(tmp_path, bench):
-    files = seed_files(skills=[], system_prompt=bench.harness_hints.get("system_prompt"))
-    root = tmp_path / "p"
-    shutil.copytree(files, root)
-    shutil.rmtree(files)
+    root = seed_files(skills=[], system_prompt=bench.harness_hints.get("system_prompt"), into=tmp_path / "p")
     return Program("p", "", str(root), content_hash(root), {})
 
 

@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from evolver.gate import compare, interim_level, paired_bootstrap, sign_test, task_means
+from evolver.gate import _t_quantile, compare, expanded_level, interim_level, paired_bootstrap, sign_test, task_means
 
 
 def tasks(values):
@@ -21,6 +21,28 @@ def test_bootstrap_interval_contains_the_true_difference_and_widens_with_the_lev
     _, low80, high80 = paired_bootstrap(a, b, level=0.80)
     _, low99, high99 = paired_bootstrap(a, b, level=0.99)
     assert low99 < low < low80 < diff < high80 < high < high99
+
+
+def test_the_t_quantile_matches_the_printed_tables_and_widens_small_splits():
+    """Student's t at 95% and 99% two-sided (any printed table), and the expanded level it gives."""
+    for nu, level, table in ((1, 0.95, 12.706), (2, 0.95, 4.303), (10, 0.99, 3.169), (11, 0.95, 2.201),
+                             (23, 0.95, 2.069), (120, 0.95, 1.980), (1000, 0.99, 2.581), (10**6, 0.95, 1.960)):
+        assert _t_quantile(level, nu) == pytest.approx(table, abs=1e-3)
+    assert expanded_level(0.95, 24) == pytest.approx(0.9654, abs=1e-4)
+    assert expanded_level(0.95, 12) > expanded_level(0.95, 24) > expanded_level(0.95, 1000) > 0.95
+    assert expanded_level(0.95, 1) == 0.95
+    low_24 = paired_bootstrap(np.full(24, 0.1) + np.linspace(-0.3, 0.3, 24), np.zeros(24))[1]
+    d = np.full(2, 0.1) + np.array([-0.3, 0.3])  # 2 tasks: the ends are the extreme resample means
+    assert paired_bootstrap(d, np.zeros(2))[1:] == pytest.approx((-0.2, 0.4)) and low_24 > -0.2
+
+
+def test_no_gain_is_admitted_near_the_nominal_rate():
+    """On 24 tasks at 95% (nominal 2.5%) the expanded interval admits a candidate no better than the
+    member 3.6% of the time in these 1,000 splits; the plain percentile interval admitted 4.3%."""
+    rng = np.random.default_rng(3)
+    null = [np.clip(rng.normal(0, 0.3, 24), -1, 1) for _ in range(1000)]
+    admitted = sum(paired_bootstrap(d, np.zeros(24), 0.95, 2000, r)[1] > 0 for r, d in enumerate(null))
+    assert admitted / len(null) <= 0.04
 
 
 def test_several_episodes_per_task_are_averaged_per_task_first():
@@ -92,7 +114,7 @@ def simulated_pass_rate(effect: float, spread: float, n_tasks: int = 24, runs: i
 def test_power_at_the_default_dev_size():
     """The default dev split (4 tasks x 6 twx-easy categories = 24) is large enough for a real +0.2
     gain with a per-task spread of 0.3 to pass at 95% most of the time, while a candidate no better
-    than the member rarely passes (the false-admission rate stays near the nominal 2.5%)."""
+    than the member rarely passes (near the nominal 2.5%: this 200-split simulation admits 1.5%)."""
     assert simulated_pass_rate(0.2, 0.3) >= 0.8
     assert simulated_pass_rate(0.0, 0.3) <= 0.06
     assert math.isclose(simulated_pass_rate(0.2, 0.3, n_tasks=24), simulated_pass_rate(0.2, 0.3))  # seeded
@@ -125,9 +147,9 @@ def two_look_pass_rate(effect: float, spread: float = 0.3, n_tasks: int = 24,
 
 def test_an_early_look_keeps_false_admissions_near_the_gate_alone_and_stops_large_gains():
     """A candidate no better than the member passes the two looks about as rarely as the 95% gate alone
-    (the percentile bootstrap on 24 tasks passes ~6% of them, above its nominal 2.5%; the early look adds
-    under 1.5 points), while a large gain (+0.5) is already admitted at the halfway look."""
+    (in these 400 splits 5% at either look, the early one 0.75% against its nominal 0.28%), while a large
+    gain (+0.5) is already admitted at the halfway look."""
     alone, either, early = two_look_pass_rate(0.0)
-    assert either <= alone + 0.015 and early <= 0.02
+    assert either <= alone + 0.015 and early <= 0.012
     _, big_either, big_early = two_look_pass_rate(0.5)
     assert big_early >= 0.95 and big_either == 1.0

@@ -154,7 +154,7 @@ def test_a_blocked_action_is_not_played_the_episode_goes_on_and_the_verdict_is_s
             return envs[-1]
 
     root = tmp_path / "p"
-    shutil.copytree(seed_files(), root)
+    seed_files(into=root)
     hfile = root / "harness" / "harness.py"  # play what the model writes, as a shell-like benchmark would
     hfile.write_text(hfile.read_text().replace("CHOOSE_ACTIONS = True", "CHOOSE_ACTIONS = False"))
     prog = Program("p", "", str(root), content_hash(root), {})

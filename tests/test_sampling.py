@@ -1,5 +1,4 @@
 """Sampled play (evolver/backends/sampling.py): seeds per request and per episode, written and ranked choices."""
-import shutil
 import sys
 from pathlib import Path
 
@@ -72,7 +71,7 @@ def test_a_ranked_choice_is_drawn_from_the_option_scores():
 
 def seed_program(tmp_path):
     root = tmp_path / "seed"
-    shutil.copytree(seed_files(), root)
+    seed_files(into=root)
     return Program("seed", "", str(root), content_hash(root), {})
 
 

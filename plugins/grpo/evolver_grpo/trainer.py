@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import random
+import shutil
 import time
 
 import numpy as np
@@ -98,7 +99,7 @@ class GRPOTrainer(Trainer):
         if not cfg.skills:
             from evolver import variant
 
-            program, _ = variant(self.program, "none", [])
+            program, self._bare = variant(self.program, "none", [])  # removed when train() returns
         self.ctx = run.context(program)
         self.tasks = run.benchmark.tasks(cfg.split, per_category=cfg.per_category)
         if not self.tasks:
@@ -323,13 +324,22 @@ class GRPOTrainer(Trainer):
         """Train ``steps`` steps. ``resume=True`` continues this run from its newest checkpoint
         (``save_every`` sets how often one is written): weights, optimizer, RNG and task queue, so
         the remaining steps play the tasks and seeds they would have played."""
-        from evolver_training import latest_state, save_and_commit, save_step
-
         par = self.par  # under torchrun rank 0 alone reads and writes the workspace; the others follow
         if resume and par.on and par.mode == "fsdp":
             from evolver import EvolverError
 
             raise EvolverError("resuming with plugins.grpo.parallel = 'fsdp' is not supported: resume with 'ddp'")
+        try:
+            return self._train(resume)
+        finally:
+            if getattr(self, "_bare", None) is not None:  # the rollouts' copy of the program without skills
+                shutil.rmtree(self._bare, ignore_errors=True)
+                self._bare = None
+
+    def _train(self, resume: bool) -> dict:
+        from evolver_training import latest_state, save_and_commit, save_step
+
+        par = self.par
         self.setup()
         cfg = self.cfg
         evals, start = [], 0

@@ -67,6 +67,16 @@ def test_two_steps_end_to_end(tmp_path, tiny_dir, decode):
     run.close()
 
 
+def test_rollouts_without_skills_leave_no_copy_of_the_program_behind(tmp_path, tiny_dir):
+    """``skills = false`` plays a copy of the program with its skills taken out; train() removes it."""
+    run = make_run(tmp_path, tiny_dir, group_size=2, tasks_per_step=1)
+    trainer = GRPOTrainer(run, dict(run.config.plugins["grpo"], steps=1, skills=False, commit=False))
+    trainer.train()
+    played = trainer.ctx.program
+    assert played.id.endswith("+none-skills") and not Path(played.root).exists()
+    run.close()
+
+
 def trainer_model_state(run):
     return {k: v.detach().clone() for k, v in run.backend("executor").hf_model.state_dict().items()}
 
