@@ -58,8 +58,9 @@ class LoopConfig(Strict):
     """With ``staged``: a candidate whose paired score after half of each category is better than every
     frontier member's, at a level stricter than ``gate_level`` (O'Brien-Fleming alpha spending:
     evolver/gate.py ``interim_level``, ~99.4% halfway at 95%), is already certain to be admitted: it is
-    admitted on the tasks it played and does not play the rest. Its dev metrics are those tasks' means;
-    later paired tests against it use the tasks both sides played."""
+    admitted on the tasks it played and does not play the rest until something is judged against it: the
+    next candidates, or the choice of the best among several members (evolver/selection.py
+    ``complete_members``)."""
     monitor: Literal["judge", "rules", "off"] = "judge"
     """The anti-hack monitor on each candidate's added code (evolver/monitor.py): rules flag what reaches for
     answers, the store or the evaluator; "judge" rejects what the judge role confirms, "rules" whatever

@@ -13,6 +13,7 @@ from evolver.evaluate import Job, summarize
 from evolver.gate import compare
 from evolver.playing import baseline_jobs, evaluate_programs, per_task, play, progress_status, tries
 from evolver.seeding import SEED_ID
+from evolver.selection import complete_members
 from evolver.run import Run
 from evolver.types import Program
 
@@ -23,6 +24,8 @@ def finish(run: Run, seed: Program, data: dict) -> dict:
     from evolver.report import hand_written_programs, with_lines, write_report
 
     cfg = run.config.loop
+    if len(run.frontier.members) > 1:  # which is best is judged on the whole dev split
+        complete_members(run, run.iteration, data["dev"])
     baseline = best_of_n(run, data["dev"]) if cfg.best_of_n else None
     run.status = "final evaluation on test"
     best = run.frontier.best().program_id

@@ -1,6 +1,7 @@
 """Recording a candidate's state changes, and how candidates are judged on dev: staged evaluation with
 early stopping both ways (a candidate that cannot be admitted, or is already certain to be, stops
-before the whole split), the whole split for the rest, and the frontier's decision with its evidence.
+before the whole split), the whole split for the rest, and the frontier's decision with its evidence;
+members admitted early play the rest of dev before anything is judged against them.
 The loop (evolver/loop.py) calls :func:`evaluate_and_select` once per iteration.
 """
 from __future__ import annotations
@@ -150,11 +151,34 @@ def _better(objective: str, a: dict, b: dict) -> bool:
     return o.better(a[o.metric], b[o.metric])
 
 
+def complete_members(run: Run, it: int, dev: list) -> list[str]:
+    """Members admitted early hold values for only the dev tasks they played: a mean flattered by the stop
+    (it stopped because that half went well), and paired tests against them on half the split. Before
+    anything is judged against them (the next candidates; the choice of the best among several members),
+    each plays the rest of ``dev`` (what it played comes from the cache) and takes the whole split's
+    metrics and values. Returns the ids completed."""
+    want = {t.id for t in dev}
+    short = [m for m in run.frontier.members if not want <= set(m.per_task.get("score") or {})]
+    if not short:
+        return []
+    run.status = f"iteration {it}: the rest of dev for {', '.join(m.program_id for m in short)}"
+    programs = [run.repo.checkout(m.program_id) for m in short]
+    evals, values, _ = evaluate_programs(run, programs, dev, "dev", it)
+    for m, ev, per in zip(short, evals, values):
+        run.log(f"{m.program_id}, admitted early on {len(m.per_task.get('score') or {})} dev tasks, played the "
+                f"other {len(want - set(m.per_task.get('score') or {}))}: dev {m.metrics['score']:.3f} -> "
+                f"{ev.score:.3f} on all {len(want)}")
+        m.metrics, m.per_task = ev.metrics(), per
+    retag(run)
+    return [m.program_id for m in short]
+
+
 def evaluate_and_select(run: Run, it: int, candidates: list[Candidate], data: dict) -> list[str]:
     """Iteration ``it``'s checked candidates on dev (staged when ``loop.staged``), each offered to the
     frontier; the tags follow. Returns the ids admitted."""
     if not candidates:
         return []
+    complete_members(run, it, data["dev"])
     admitted: list[str] = []
     if run.config.loop.staged:
         candidates, admitted = _probe(run, it, candidates, data)

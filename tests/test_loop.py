@@ -364,18 +364,25 @@ def register_proposers(register):
 '''
 
 
-def test_staged_evaluation_stops_a_clearly_worse_candidate_after_the_probe(tmp_path):
-    import toybench
+def worsener_run(tmp_path, rule, size: int | None = None, **loop):
+    """A two-iteration run of the toy benchmark (``size`` tasks) whose proposer is the worsener, with the
+    failure threshold above 1: every episode counts as a failure, so the proposer runs on the winner too."""
     plugin = tmp_path / "worsener.py"
     plugin.write_text(WORSENER)
     plugins.load_local(plugin)
     plugins.load_local(TOY)
-    # Threshold above 1: every episode counts as a failure, so the proposer runs on the winner too.
-    cfg = make_config(tmp_path, toybench.make_rule(), iterations=2, failure_threshold=1.01, patience=5,
-                      objectives=["score:max"])
+    cfg = make_config(tmp_path, rule, iterations=2, failure_threshold=1.01, patience=5, objectives=["score:max"],
+                      **loop)
+    if size is not None:
+        cfg.benchmark_options = {"size": size}
     cfg.proposers = ["worsener"]
     store = Store(Path(cfg.store) / "evolver.duckdb")
-    run = Run(cfg, store, ProgramRepo(Path(cfg.store)))
+    return cfg, store, Run(cfg, store, ProgramRepo(Path(cfg.store)), console=Console())
+
+
+def test_staged_evaluation_stops_a_clearly_worse_candidate_after_the_probe(tmp_path):
+    import toybench
+    cfg, store, run = worsener_run(tmp_path, toybench.make_rule())
     try:
         summary = run_loop(run)
         first, second = store.proposals(run.id)
@@ -430,6 +437,30 @@ def test_a_candidate_certain_to_be_admitted_stops_halfway_through_dev(tmp_path, 
         store.close()
 
 
+def test_a_member_admitted_early_plays_the_rest_of_dev_before_the_next_candidate_is_judged(tmp_path):
+    """Iteration 0's candidate is admitted on 6 of 12 dev tasks; before iteration 1's candidate is judged
+    against it, it plays the other 6 (its first 6 from the cache), so the paired tests and its score are
+    the whole split's."""
+    import toybench
+    cfg, store, run = worsener_run(tmp_path, toybench.make_rule(), dev_per_category=6, size=24)
+    try:
+        summary = run_loop(run)
+        first, second = store.proposals(run.id)
+        member = first["candidate_id"]
+        assert first["status"] == "admitted" and first["scores"]["dev_tasks"] == 6  # the decision as it was made
+        assert second["status"] == "discarded"
+        assert len(store.episodes(program_id=member, split="dev")) == 12  # 6 more, none twice
+        (line,) = [x for x in run.console.lines if "admitted early" in x]
+        assert line.startswith(f"{member}, admitted early on 6 dev tasks, played the other 6") and "on all 12" in line
+        (kept,) = [m for m in summary["frontier"]["members"] if m["program_id"] == member]
+        assert len(kept["per_task"]["score"]) == 12 and kept["metrics"]["score"] == 1.0
+        judged = next(i for i, x in enumerate(run.console.lines) if x.startswith(second["candidate_id"]))
+        assert run.console.lines.index(line) < judged  # completed before the next candidate was judged
+    finally:
+        run.close()
+        store.close()
+
+
 class Console:
     def __init__(self):
         self.lines = []
@@ -448,14 +479,7 @@ def test_admission_evidence_and_the_best_of_n_baseline_reach_the_log_store_and_r
         answer = greedy(req)
         sampled_right = getattr(req, "temperature", 0) > 0 and req.seed is not None and req.seed % 3 == 0
         return answer.upper() if sampled_right and "Answer with the word" in str(req.messages[-1].content) else answer
-    plugin = tmp_path / "worsener.py"
-    plugin.write_text(WORSENER)
-    plugins.load_local(plugin)
-    cfg = make_config(tmp_path, coin, iterations=2, failure_threshold=1.01, patience=5, objectives=["score:max"],
-                      best_of_n=True)
-    cfg.proposers = ["worsener"]
-    store = Store(Path(cfg.store) / "evolver.duckdb")
-    run = Run(cfg, store, ProgramRepo(Path(cfg.store)), console=Console())
+    cfg, store, run = worsener_run(tmp_path, coin, best_of_n=True)
     try:
         summary = run_loop(run)
         first, second = store.proposals(run.id)
