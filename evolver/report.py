@@ -90,22 +90,27 @@ def spend_note(spend: dict | None) -> str:
     return f" ({spend['calls']} calls{cost})"
 
 
-def early_lines(rows: list[dict]) -> list[str]:
+def early_lines(rows: list[dict], dev_tasks: dict[str, int] | None = None) -> list[str]:
     """Staged evaluation's early stops: candidates that could no longer be admitted, and candidates already
-    certain to be, with the dev episodes neither played."""
+    certain to be, with the dev episodes neither played. ``dev_tasks``: the most dev tasks each program
+    was evaluated on; a member admitted early that later played the rest of dev (before the next
+    candidates were judged against it) saved nothing in the end."""
     stopped = [r for r in rows if isinstance((r.get("scores") or {}).get("saved_episodes"), int)]
     if not stopped:
         return []
     early = [r for r in stopped if "certain" in r["scores"]]
     hopeless = [r for r in stopped if "certain" not in r["scores"]]
-    saved = sum(r["scores"]["saved_episodes"] for r in stopped)
+    completed = [r for r in early if (dev_tasks or {}).get(r["candidate_id"], 0) > r["scores"]["dev_tasks"]]
+    saved = sum(r["scores"]["saved_episodes"] for r in stopped if r not in completed)
     parts = []
     if hopeless:
         parts.append(f"{len(hopeless)} candidates stopped before the whole dev split, when their paired score "
                      "against their parent could no longer be admitted")
     if early:
         parts.append(f"{len(early)} stopped when already certain to be admitted (paired score better than every "
-                     "member's at the interim level), and were admitted on the tasks they played")
+                     "member's at the interim level), and were admitted on the tasks they played"
+                     + (f"; {len(completed)} of them played the rest of dev later, before candidates were judged "
+                        "against them" if completed else ""))
     return ["", f"Early stopping: {'; '.join(parts)}; {saved} dev episodes not played."]
 
 
@@ -203,7 +208,10 @@ def render(run, summary: dict) -> str:
         lines.append(f"| {r['candidate_id']} | {r['proposer']} | {r['operator']} | {r['parent_id']} | {r['status']} | "
                      f"{'' if score is None else f'{score:.3f}'}{f' ({part} tasks)' if part else ''} | {paired} | "
                      f"{reason} |")
-    lines += early_lines(rows)
+    most: dict[str, int] = {}
+    for ev in run.store.evaluations(run.id, split="dev"):
+        most[ev["program_id"]] = max(most.get(ev["program_id"], 0), ev["n"])
+    lines += early_lines(rows, most)
     lines += monitor_lines(run, rows)
     lines += cut_lines(run)
     lines += judge_lines(run)

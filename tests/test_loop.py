@@ -456,6 +456,9 @@ def test_a_member_admitted_early_plays_the_rest_of_dev_before_the_next_candidate
         assert len(kept["per_task"]["score"]) == 12 and kept["metrics"]["score"] == 1.0
         judged = next(i for i, x in enumerate(run.console.lines) if x.startswith(second["candidate_id"]))
         assert run.console.lines.index(line) < judged  # completed before the next candidate was judged
+        report = Path(summary["report"]).read_text()
+        assert "1 of them played the rest of dev later" in report  # its 6 saved episodes were played after all
+        assert f"; {second['scores']['saved_episodes']} dev episodes not played." in report
     finally:
         run.close()
         store.close()
