@@ -23,8 +23,11 @@ from __future__ import annotations
 
 import os
 import queue
+import shutil
 import sys
+import tempfile
 import threading
+from pathlib import Path
 from typing import Any, Iterator
 
 from evolver.errors import EvolverError, PluginError
@@ -34,18 +37,15 @@ from evolver.remote import Cluster, Unit, Worker
 class _Actor:
     """The body of one Ray actor: a :class:`Worker` and what the driver asks of it."""
 
-    def __init__(self, config, env: dict, local_plugins: list[str]):
+    def __init__(self, config, env: dict, local_plugins: list[str], folder: str):
         os.environ.update(env)
-        self.worker = Worker(config, local_plugins=local_plugins)
+        self.worker = Worker(config, folder, local_plugins=local_plugins)
 
     def ready(self) -> str:
         return self.worker.ready()
 
     def pid(self) -> int:
         return os.getpid()
-
-    def folder(self) -> str:
-        return str(self.worker.folder)
 
     def close(self) -> None:
         self.worker.close()
@@ -94,7 +94,10 @@ class RayCluster(Cluster):
         from evolver.remote import ENV
 
         env = {k: os.environ[k] for k in ENV if k in os.environ}
-        made = [actor.remote(config, env, plugins.local_paths()) for _ in range(n)]
+        # Each worker keeps its copies of the programs in a folder of this one: a worker on this machine
+        # that died or never started cannot remove its own, so close() removes them all here.
+        self.folder = Path(tempfile.mkdtemp(prefix="evolver-ray-"))
+        made = [actor.remote(config, env, plugins.local_paths(), str(self.folder / f"worker-{i}")) for i in range(n)]
         self.workers, self.failures = [], []
         for handle, ready in zip(made, [h.ready.remote() for h in made]):
             try:
@@ -199,6 +202,8 @@ class RayCluster(Cluster):
                 ray.kill(worker)
             except Exception:
                 pass
+        if getattr(self, "folder", None) is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
         self.workers = []
         if self.started_here and ray.is_initialized():
             ray.shutdown()

@@ -152,6 +152,7 @@ class Worker:
                 plugins.load_local(path)
         self.config = config
         self.folder = Path(folder or tempfile.mkdtemp(prefix="evolver-worker-"))
+        self.folder.mkdir(parents=True, exist_ok=True)
         self.programs: dict[str, Program] = {}
         self.backends: dict[str, Any] = {}
         self.versions: dict[str, str] = {}

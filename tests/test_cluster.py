@@ -67,10 +67,11 @@ def test_the_cluster_plays_what_the_process_plays_and_the_driver_stores_it(tmp_p
         stored = there.store.episodes(run_id=there.id)
         assert len(stored) == 24 and len({e.id for e in stored}) == 24
         assert there.tokens["executor"] == sum(e.prompt_tokens + e.completion_tokens for e in stored) > 0
-        folders = [Path(ray.get(w.folder.remote())) for w in there.cluster.workers]
-        assert all((f / "programs").is_dir() for f in folders)
+        cluster = there.cluster
+        assert sorted(p.name for p in cluster.folder.iterdir()) == ["worker-0", "worker-1"]
+        assert all((p / "programs").is_dir() for p in cluster.folder.iterdir())
         there.close()
-        assert not any(f.exists() for f in folders)  # the workers' copies of the programs are gone
+        assert not cluster.folder.exists()  # the workers' copies of the programs are gone
     finally:
         here.close(), there.close()
         here.store.close(), there.store.close()
@@ -93,6 +94,9 @@ def test_a_worker_killed_mid_share_loses_nothing_and_stores_nothing_twice(tmp_pa
         stored = run.store.episodes(run_id=run.id)
         keys = [(e.task.id, e.seed) for e in stored]
         assert len(keys) == 16 and len(set(keys)) == 16
+        cluster = run.cluster
+        run.close()
+        assert not cluster.folder.exists()  # the killed worker's folder too
     finally:
         run.close()
         run.store.close()
@@ -106,6 +110,9 @@ def test_a_worker_that_cannot_start_is_reported_and_the_others_play(tmp_path, lo
         assert len(run.cluster.workers) == 1 and "no GPU on this worker" in run.cluster.failures[0]
         assert "a ray worker could not start: RuntimeError: no GPU on this worker" in capfd.readouterr().err
         assert len(episodes_of(run, seeds=[0])) == 4
+        cluster = run.cluster
+        run.close()
+        assert not cluster.folder.exists()  # the one that could not start left nothing either
     finally:
         run.close()
         run.store.close()
