@@ -48,6 +48,8 @@ class GRPOTrainer(Trainer):
     columns = ("reward {reward_mean:.3f}±{reward_std:.3f}", "zero-var {zero_var_frac:.2f}", "kl {kl:.4f}",
                "clip {clip_frac:.3f}", "len {response_len:.1f}", "{step_s:.1f}s (rollout {rollout_s:.1f})")
 
+    _bare = None  # the rollouts' copy of the program without its skills (``skills = false``), while training
+
     def __init__(self, run, options: dict | None = None, engine=None, progress=None):
         self.run = run
         self.cfg: GRPOConfig = load(options if options is not None else run.config.plugins.get("grpo", {}))
@@ -332,7 +334,7 @@ class GRPOTrainer(Trainer):
         try:
             return self._train(resume)
         finally:
-            if getattr(self, "_bare", None) is not None:  # the rollouts' copy of the program without skills
+            if self._bare is not None:
                 shutil.rmtree(self._bare, ignore_errors=True)
                 self._bare = None
 
