@@ -357,6 +357,13 @@ class DistillTrainer(Trainer):
 
             raise EvolverError("the distill trainer cannot resume a run: start it again (it is short)")
         self.setup()
+        try:
+            return self._train()
+        finally:
+            if self._tmp is not None:  # the student's copy of the program, without its skills
+                shutil.rmtree(self._tmp, ignore_errors=True)
+
+    def _train(self) -> dict:
         cfg = self.cfg
         evals = [{"step": 0, **self.evaluate().metrics()}] if cfg.eval_per_category else []
         try:
@@ -369,8 +376,6 @@ class DistillTrainer(Trainer):
             evals.append({"step": cfg.steps, **self.evaluate().metrics()})
         rel = self.save(cfg.steps)
         program = self.commit(rel, evals[-1] if evals else None) if cfg.commit else None
-        if self._tmp is not None:  # the student's copy of the program, without its skills
-            shutil.rmtree(self._tmp, ignore_errors=True)
         return {"steps": cfg.steps, "history": self.history, "evals": evals,
                 "program": program.id if program else None, "checkpoint": rel.as_posix()}
 
