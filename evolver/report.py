@@ -90,17 +90,18 @@ def spend_note(spend: dict | None) -> str:
     return f" ({spend['calls']} calls{cost})"
 
 
-def early_lines(rows: list[dict], dev_tasks: dict[str, int] | None = None) -> list[str]:
+def early_lines(rows: list[dict], dev_episodes: dict[str, int] | None = None) -> list[str]:
     """Staged evaluation's early stops: candidates that could no longer be admitted, and candidates already
-    certain to be, with the dev episodes neither played. ``dev_tasks``: the most dev tasks each program
-    was evaluated on; a member admitted early that later played the rest of dev (before the next
-    candidates were judged against it) saved nothing in the end."""
+    certain to be, with the dev episodes neither played. ``dev_episodes``: each program's largest dev
+    evaluation (its episodes); a member admitted early (one episode a task it played) whose largest is
+    bigger played the rest of dev later, before the next candidates were judged against it, and saved
+    nothing in the end."""
     stopped = [r for r in rows if isinstance((r.get("scores") or {}).get("saved_episodes"), int)]
     if not stopped:
         return []
     early = [r for r in stopped if "certain" in r["scores"]]
     hopeless = [r for r in stopped if "certain" not in r["scores"]]
-    completed = [r for r in early if (dev_tasks or {}).get(r["candidate_id"], 0) > r["scores"]["dev_tasks"]]
+    completed = [r for r in early if (dev_episodes or {}).get(r["candidate_id"], 0) > r["scores"]["dev_tasks"]]
     saved = sum(r["scores"]["saved_episodes"] for r in stopped if r not in completed)
     parts = []
     if hopeless:

@@ -165,9 +165,9 @@ def complete_members(run: Run, it: int, dev: list) -> list[str]:
     programs = [run.repo.checkout(m.program_id) for m in short]
     evals, values, _ = evaluate_programs(run, programs, dev, "dev", it)
     for m, ev, per in zip(short, evals, values):
-        run.log(f"{m.program_id}, admitted early on {len(m.per_task.get('score') or {})} dev tasks, played the "
-                f"other {len(want - set(m.per_task.get('score') or {}))}: dev {m.metrics['score']:.3f} -> "
-                f"{ev.score:.3f} on all {len(want)}")
+        had = len(m.per_task.get("score") or {})
+        run.log(f"{m.program_id}, admitted early on {had} dev tasks, played the other {len(want) - had}: dev "
+                f"{m.metrics['score']:.3f} -> {ev.score:.3f} on all {len(want)}")
         m.metrics, m.per_task = ev.metrics(), per
     retag(run)
     return [m.program_id for m in short]
