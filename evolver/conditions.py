@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import re
 import shutil
-import tempfile
 from pathlib import Path
 
+from evolver import tempdirs
 from evolver.evaluate import run_episodes, summarize
 from evolver.programs import content_hash
 from evolver.report import normalised_gain
@@ -28,7 +28,7 @@ def variant(program: Program, condition: str, tasks: list[Task], writer=None,
     ``packs``: the benchmark's ``skill_packs``, whose skills all stand in for the program's under ``pack``."""
     if condition == "evolved":
         return program, None
-    tmp = Path(tempfile.mkdtemp(prefix=f"evolver-{condition}-"))
+    tmp = Path(tempdirs.make(f"evolver-{condition}-"))
     shutil.copytree(program.root, tmp / "program", ignore=shutil.ignore_patterns(".git"))
     root = tmp / "program"
     shutil.rmtree(root / "skills", ignore_errors=True)

@@ -111,7 +111,12 @@ class SandboxedHarness:
                                        trusted_packages=tuple(packages))
         except UnknownPackage as exc:
             raise EvolverError(f"the benchmark's harness_packages: {exc}") from None
-        self._answer(time.monotonic() + START_S, "starting the harness")
+        try:
+            self._answer(time.monotonic() + START_S, "starting the harness")
+        except BaseException:  # a harness that cannot start is never handed out, so never closed by its caller
+            self._dead = "it did not start"
+            self.session.close()
+            raise
 
     # The interface the evaluator drives.
     def start(self, task: Task, obs: Observation):

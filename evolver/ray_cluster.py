@@ -25,11 +25,11 @@ import os
 import queue
 import shutil
 import sys
-import tempfile
 import threading
 from pathlib import Path
 from typing import Any, Iterator
 
+from evolver import tempdirs
 from evolver.errors import EvolverError, PluginError
 from evolver.remote import Cluster, Unit, Worker
 
@@ -96,7 +96,7 @@ class RayCluster(Cluster):
         env = {k: os.environ[k] for k in ENV if k in os.environ}
         # Each worker keeps its copies of the programs in a folder of this one: a worker on this machine
         # that died or never started cannot remove its own, so close() removes them all here.
-        self.folder = Path(tempfile.mkdtemp(prefix="evolver-ray-"))
+        self.folder = Path(tempdirs.make("evolver-ray-"))
         made = [actor.remote(config, env, plugins.local_paths(), str(self.folder / f"worker-{i}")) for i in range(n)]
         self.workers, self.failures = [], []
         for handle, ready in zip(made, [h.ready.remote() for h in made]):

@@ -26,10 +26,10 @@ import copy
 import dataclasses
 import json
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from evolver import tempdirs
 from evolver.types import Episode, Program
 
 SKIP = {".git"}
@@ -151,7 +151,7 @@ class Worker:
             if str(path) not in plugins.local_paths():
                 plugins.load_local(path)
         self.config = config
-        self.folder = Path(folder or tempfile.mkdtemp(prefix="evolver-worker-"))
+        self.folder = Path(folder or tempdirs.make("evolver-worker-"))
         self.folder.mkdir(parents=True, exist_ok=True)
         self.programs: dict[str, Program] = {}
         self.backends: dict[str, Any] = {}

@@ -74,13 +74,13 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from evolver import tempdirs
 from evolver.sandbox_cgroup import cgroup_end, cgroup_new, pids_limit
 from evolver.sandbox_inside import DENY_PREFIX
 from evolver.sandbox_view import VIEW_PYTHONPATH, UnknownPackage, bwrap_args, view_mounts
@@ -128,7 +128,7 @@ class SandboxResult:
 # --- choosing the mechanism ---------------------------------------------------------------------------
 
 def _probe(mechanism: str) -> bool:
-    scratch = tempfile.mkdtemp(prefix="evolver-probe-")
+    scratch = tempdirs.make("evolver-probe-")
     try:
         argv = _wrap(mechanism, ["/bin/sh", "-c", "echo ok > probe && ! touch /evolver-probe 2>/dev/null"],
                      scratch, 256)
@@ -432,7 +432,7 @@ def _run(make_cmd, scratch: Path | None, timeout_s: float, memory_mb: int, stdin
          env: dict | None, mechanism: str | None, visible, pids, packages=()) -> SandboxResult:
     mechanism = _require(mechanism or sandbox_mechanism())
     own = scratch is None
-    folder = tempfile.mkdtemp(prefix="evolver-sbx-") if own else str(Path(scratch).resolve())
+    folder = tempdirs.make("evolver-sbx-") if own else str(Path(scratch).resolve())
     os.makedirs(folder, exist_ok=True)
     try:
         cmd, warnings = make_cmd(mechanism, folder)
@@ -538,7 +538,7 @@ def open_python(code: str, scratch: Path | None = None, memory_mb: int = 512, en
     mechanism = _require(mechanism or sandbox_mechanism())
     visible = _named_paths(code) if visible is None else list(visible)
     own = scratch is None
-    folder = tempfile.mkdtemp(prefix="evolver-sbx-") if own else str(Path(scratch).resolve())
+    folder = tempdirs.make("evolver-sbx-") if own else str(Path(scratch).resolve())
     cmd = [*_own_code("guard"), folder, "-c", code] if mechanism == "audit" else [_PYTHON, "-B", "-c", code]
     try:
         proc, cgroup = _start(cmd, folder, memory_mb, env, mechanism,

@@ -12,8 +12,9 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
+
+from evolver import tempdirs
 
 _SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "timezone", "passwd", "group",
@@ -123,26 +124,12 @@ def package_mounts(packages: tuple[str, ...], trusted: bool = False) -> tuple[tu
 _API_PREFIX = "evolver-api-"
 
 
-def _process_folder(prefix: str) -> str:
-    """A new temporary folder ``<prefix><pid>-*`` removed when this process exits; those that processes
-    now gone left behind are removed first."""
-    import atexit
-    tmp = tempfile.gettempdir()
-    for name in os.listdir(tmp):
-        m = re.fullmatch(re.escape(prefix) + r"(\d+)-\w+", name)
-        if m and not os.path.exists(f"/proc/{m[1]}"):
-            shutil.rmtree(os.path.join(tmp, name), ignore_errors=True)
-    folder = tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-")
-    atexit.register(shutil.rmtree, folder, True)
-    return folder
-
-
 @functools.lru_cache(maxsize=None)
 def _api_folder() -> str:
     """A copy of the :data:`HARNESS_API` modules as package ``evolver``, byte-compiled, made once per
     process (removed at exit): one mount, and none of the core's other modules in it."""
     import compileall
-    folder = _process_folder(_API_PREFIX)
+    folder = tempdirs.make(_API_PREFIX, at_exit=True)
     package = os.path.join(folder, "evolver")
     os.mkdir(package)
     here = os.path.dirname(os.path.abspath(__file__))
@@ -194,7 +181,7 @@ _ETC_PREFIX = "evolver-etc-"
 def _mini_etc() -> str:
     """A copy of the few ``/etc`` entries programs need, made once per process (removed at exit): one
     mount instead of one per file (each mount makes every sandbox start slower)."""
-    folder = _process_folder(_ETC_PREFIX)
+    folder = tempdirs.make(_ETC_PREFIX, at_exit=True)
 
     def private(folder, names):  # what not everyone may read stays out (/etc/ssl/private: keys)
         return [n for n in names if not os.path.islink(os.path.join(folder, n))

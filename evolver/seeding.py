@@ -5,10 +5,9 @@ Every run starts from it and every gain is measured against it.
 from __future__ import annotations
 
 import shutil
-import tempfile
 from pathlib import Path
 
-from evolver import plugins
+from evolver import plugins, tempdirs
 from evolver.harness import SEED_DIR
 from evolver.run import Run
 from evolver.skills import seed_skill_folders
@@ -26,7 +25,7 @@ def seed_files(harness: str = "default", skills: list[str] = (), system_prompt: 
     entry = plugins.get("harness", harness)
     folders = seed_skill_folders(list(skills), packs)  # an unknown name fails here, before anything is made
     if into is None:
-        tmp = Path(tempfile.mkdtemp(prefix="evolver-seed-"))
+        tmp = Path(tempdirs.make("evolver-seed-"))
     else:
         tmp = Path(into)
         tmp.mkdir(parents=True)

@@ -57,6 +57,11 @@ class Trainer(abc.ABC):
         """Train, commit the result, return the summary (``program``, ``checkpoint``, ``evals``,
         ``history``); ``resume`` continues this run from its newest checkpoint."""
 
+    def close(self) -> None:
+        """Release what training holds outside the workspace (a temporary copy of a program): :meth:`train`
+        calls it when it returns, and a caller that set a trainer up without training it calls it too. Safe
+        to call twice."""
+
 
 class _Zero(dict):
     def __missing__(self, key: str) -> int:

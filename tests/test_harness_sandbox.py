@@ -91,6 +91,19 @@ def test_an_exception_comes_back_with_the_childs_traceback(tmp_path):
         h.close()
 
 
+def test_a_harness_that_cannot_start_leaves_no_process_or_folder(tmp_path, monkeypatch):
+    import evolver.sandbox
+    opened = []
+    real = evolver.sandbox.open_python
+    monkeypatch.setattr(evolver.sandbox, "open_python", lambda *a, **k: opened.append(real(*a, **k)) or opened[-1])
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))  # its scratch folder is made here
+    with pytest.raises(RemoteHarnessError, match="ImportError"):
+        SandboxedHarness(program_context(program(tmp_path, "raise ImportError('broken')\n", "broken")))
+    (session,) = opened  # never handed out, so no caller could close it: the constructor did
+    assert not session.alive() and not Path(session.folder).exists()
+    assert not list(tmp_path.glob("evolver-sbx-*"))
+
+
 def test_time_memory_and_network_limits(tmp_path, monkeypatch):
     import evolver.lockstep
     monkeypatch.setattr(evolver.lockstep, "HARNESS_CALL_S", 1.0)

@@ -187,6 +187,8 @@ class Privileged:
 class DistillTrainer(Trainer):
     #: ``evolver train --distill``: a variant one asks for, never the default trainer.
     flag = True
+    _tmp = None  # the student's copy of the program without its skills (``privileged = "skills"``), while set up
+    privileged = None  # what the teacher sees that the student does not (set up by :meth:`setup`)
     columns = ("div {divergence:.4f}", "score {score_mean:.3f}", "len {response_len:.1f}",
                "z {privileged_tokens:.0f} tok", "{step_s:.1f}s (rollout {rollout_s:.1f})")
 
@@ -360,8 +362,16 @@ class DistillTrainer(Trainer):
         try:
             return self._train()
         finally:
-            if self._tmp is not None:  # the student's copy of the program, without its skills
-                shutil.rmtree(self._tmp, ignore_errors=True)
+            self.close()
+
+    def close(self) -> None:
+        """Stop the sandboxed harness that writes the teacher's prompts and remove the student's copy of
+        the program without its skills (:meth:`train` does; a caller of :meth:`setup` alone calls this)."""
+        if self.privileged is not None:
+            self.privileged.close()
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
 
     def _train(self) -> dict:
         cfg = self.cfg

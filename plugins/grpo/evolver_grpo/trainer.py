@@ -334,9 +334,14 @@ class GRPOTrainer(Trainer):
         try:
             return self._train(resume)
         finally:
-            if self._bare is not None:
-                shutil.rmtree(self._bare, ignore_errors=True)
-                self._bare = None
+            self.close()
+
+    def close(self) -> None:
+        """Remove the rollouts' copy of the program without its skills (:meth:`train` does; a caller of
+        :meth:`setup` alone calls this)."""
+        if self._bare is not None:
+            shutil.rmtree(self._bare, ignore_errors=True)
+            self._bare = None
 
     def _train(self, resume: bool) -> dict:
         from evolver_training import latest_state, save_and_commit, save_step

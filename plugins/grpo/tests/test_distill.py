@@ -3,6 +3,8 @@ the divergences against hand-computed values, a few steps pulling the skill-less
 with-skills teacher, and the proposer's candidate: no skills, the new checkpoint as its model."""
 import json
 import math
+import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -83,6 +85,13 @@ def test_teacher_prompt_is_the_student_prompt_with_the_skills(tmp_path, tiny_dir
     same = distill_divergence(trainer.model, [b[0] for b in batch], [b[0] for b in batch], [b[2] for b in batch])
     assert same.numel() == sum(len(b[2]) for b in batch) and same.abs().max().item() < 1e-5
     assert (trainer.divergence(batch) > 0).all()
+    copy = Path(trainer.ctx.program.root)
+    assert copy.is_dir() and not (copy / "skills" / SKILL[0]).exists()  # the student's copy, without the skill
+    scratch = lambda: list(Path(tempfile.gettempdir()).glob(f"evolver-sbx-{os.getpid()}-*"))  # noqa: E731
+    assert scratch()  # the sandboxed harness that wrote the teacher's prompts
+    trainer.close()
+    trainer.close()  # twice is harmless
+    assert not copy.exists() and not scratch()
     run.close()
 
 
@@ -101,6 +110,7 @@ def test_a_few_steps_pull_the_student_towards_the_teacher(tmp_path, tiny_dir):
     assert [r[0] for r in rows] == [1, 2, 3]
     assert trainer.history[0]["privileged_tokens"] > len(SKILL[2])  # the skills' share of the teacher's prompt
     assert ":3" in run.backend("executor").model  # the engine plays the new weights
+    trainer.close()
     run.close()
 
 
@@ -115,6 +125,7 @@ def test_gold_as_privileged_context(tmp_path, tiny_dir):
                                                 {"role": "user", "content": "Go"}])
     text = run.backend("executor").tokenizer.decode(ids)
     assert "Play.\n\nA correct way to solve this task (shown to you alone): aaaa -> abab" in text
+    trainer.close()
     with pytest.raises(Exception, match="split must be 'train'"):
         DistillTrainer(run, {"privileged": "gold", "split": "dev"})
     with pytest.raises(Exception, match="no skills to distil"):  # the seed has none

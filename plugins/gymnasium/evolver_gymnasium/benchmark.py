@@ -1,8 +1,8 @@
 """A Gymnasium environment as an evolver benchmark: a task is one episode from one reset seed.
 
 Observations are text: the environment's own when they are strings, else its ANSI rendering
-(``render_mode="ansi"``; a highlighted cell in brackets, other colour codes dropped), else the
-observation written out. Actions are text
+(``render_mode="ansi"``; a highlighted cell in brackets, coloured text followed by its colour's name,
+since a rendering may say by colour alone what a letter stands for), else the observation written out. Actions are text
 (a ``Text`` action space), or the names of a ``Discrete`` space's actions (``action_names``, one per
 action; by default the numbers), listed as the valid actions of every step. The score is the
 episode's return mapped from ``score_range`` onto 0..1 and clipped; ``won`` is a score of 1. Splits
@@ -16,13 +16,26 @@ from evolver import Benchmark, BenchmarkError, Env, Observation, Task
 
 SPLIT_SEEDS = {"train": 0, "dev": 100_000, "test": 200_000}
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
-_HIGHLIGHT = re.compile(r"\x1b\[(?:4\d|10\d|7)m(.*?)\x1b\[0?m", re.S)  # a background colour: the cell in focus
+_STYLED = re.compile(r"\x1b\[([0-9;]*)m(.*?)(?=\x1b\[)", re.S)  # text up to the next code
+COLOURS = ("black", "red", "green", "yellow", "blue", "magenta", "cyan", "white")
+
+
+def _styled(m: re.Match) -> str:
+    codes = {int(c) for c in m.group(1).split(";") if c.isdigit()}
+    text = m.group(2)
+    if not text or not codes - {0}:
+        return text
+    if codes & {7, *range(40, 48), *range(100, 108)}:  # a background colour: the cell in focus
+        return f"[{text}]"
+    fg = sorted(codes & {*range(30, 38), *range(90, 98)})
+    return f"{text}<{COLOURS[fg[0] % 10]}>" if fg and text.strip() else text
 
 
 def plain(rendered: str) -> str:
-    """An ANSI rendering as plain text: highlighted text (the player's cell, say) in brackets, other
-    colour codes dropped."""
-    return _ANSI.sub("", _HIGHLIGHT.sub(r"[\1]", rendered)).strip("\n")
+    """An ANSI rendering as plain text: highlighted text (the player's cell, say) in brackets, coloured
+    text followed by its colour's name in angle brackets (``R<blue>``: Taxi marks the passenger so), other
+    codes dropped."""
+    return _ANSI.sub("", _STYLED.sub(_styled, rendered)).strip("\n")
 
 
 class GymEnv(Env):

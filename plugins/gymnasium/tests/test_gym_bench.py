@@ -10,6 +10,7 @@ from evolver import BenchmarkError, plugins
 from evolver.cli import cli
 
 pytest.importorskip("gymnasium")
+from evolver_gymnasium.benchmark import plain  # noqa: E402 - after the skip
 LAKE = {"env": "FrozenLake-v1", "kwargs": {"is_slippery": False}, "action_names": ["left", "down", "right", "up"]}
 CLIFF = {"env": "CliffWalking-v1", "action_names": ["up", "right", "down", "left"], "score_range": [-100, -13]}
 TOY = str(Path(__file__).resolve().parents[3] / "tests" / "toybench.py")  # scripted roles only
@@ -43,6 +44,18 @@ def test_frozen_lake_is_won_on_the_shortest_path_and_lost_in_a_hole():
     assert lost[-1].done and lost[-1].score == 0.0 and not lost[-1].info["won"]
     refused = play(LAKE, ["jump"])
     assert "Unknown action 'jump'" in refused[-1].text and not refused[-1].done  # no step was taken
+
+
+def test_what_a_rendering_says_by_colour_alone_is_kept():
+    """Taxi marks the passenger's stop in blue and the destination in magenta, with no other sign."""
+    taxi = {"env": "Taxi-v4", "action_names": ["south", "north", "east", "west", "pickup", "dropoff"],
+            "score_range": [-60, 0]}
+    obs = play(taxi, ["north"])
+    grid = obs[0].text.splitlines()
+    assert "R<blue>" in grid[1] and "Y<magenta>" in grid[5] and "[ ]" in grid[1]  # the taxi, highlighted
+    assert obs[0].text.count("<") == 2 and "\x1b" not in obs[0].text
+    assert not obs[1].done and obs[1].info["return"] == -1.0
+    assert plain("\x1b[1mbold\x1b[0m \x1b[30;43mX\x1b[0m \x1b[91mY\x1b[0m") == "bold [X] Y<red>"
 
 
 def test_a_return_is_mapped_onto_scores_by_the_range_given():

@@ -32,7 +32,7 @@ class Snapshot:
     def __init__(self, workspace: str | Path, max_age_s: float = 5.0):
         self.source = Path(workspace) / DB_FILE
         self.max_age_s = max_age_s
-        self.folder = Path(tempfile.mkdtemp(prefix="evolver-ui-"))
+        self.folder: Path | None = None  # made at the first copy: an app that is never served makes none
         self.taken: float | None = None
         self.problem: str | None = None
         self.version = 0  # counts copies: what a cache of rendered pages keys on
@@ -72,6 +72,8 @@ class Snapshot:
             self.taken, self.problem = time.time(), None
             return
         for _ in range(ATTEMPTS):
+            if self.folder is None:
+                self.folder = Path(tempfile.mkdtemp(prefix="evolver-ui-"))
             target = self.folder / f"copy-{self.version + 1}.duckdb"
             self._copy(target)
             after = self._stat()
@@ -120,4 +122,6 @@ class Snapshot:
                 if store is not None:
                     store.close()
             self._store = self._previous = None
-            shutil.rmtree(self.folder, ignore_errors=True)
+            if self.folder is not None:
+                shutil.rmtree(self.folder, ignore_errors=True)
+                self.folder = None

@@ -157,6 +157,19 @@ def test_a_store_a_run_is_writing_is_served_from_a_copy(client, workspace):
     assert writer.returncode == 0  # the ui never kept the run from writing or closing
 
 
+def test_the_copy_lives_in_a_folder_made_at_the_first_request_and_removed_at_close(workspace):
+    from evolver_ui.snapshot import Snapshot
+
+    snap = Snapshot(workspace[0], max_age_s=0)
+    assert snap.folder is None  # an app that is never served makes nothing
+    snap.store()
+    folder = snap.folder
+    assert folder.is_dir() and list(folder.glob("copy-*.duckdb"))
+    snap.close()
+    assert not folder.exists() and snap.folder is None
+    snap.close()  # twice is harmless
+
+
 def test_the_ui_serves_a_run_as_it_writes_and_never_stops_it(tmp_path):
     """A real `evolver run` in its own process, slowed down, while the ui serves it from copies."""
     args = ["--plugin", str(TOY), "--store", str(tmp_path / "store"), "--set=benchmark=upper",
