@@ -2,6 +2,7 @@
 random valid action not yet tried in that state) against the random player, on the same dev tasks.
 
     python bench/mined_notes.py [--benchmark twx] [--demos 20] [--random-rollouts 0] [--sweeps 1] [--dev 10] [--seeds 0]
+                                [--option KEY=JSON ...]
 
 The skill is mined (evolver_experience.mining) from ``--demos`` demonstrations per category of
 training tasks and ``--random-rollouts`` random-play episodes per category of other training tasks
@@ -11,6 +12,7 @@ training tasks and ``--random-rollouts`` random-play episodes per category of ot
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import sys
 import tempfile
@@ -55,8 +57,13 @@ def main() -> int:
     ap.add_argument("--epsilon", type=float, default=0.3, help="a guided sweep's share of random moves")
     ap.add_argument("--dev", type=int, default=10)
     ap.add_argument("--seeds", default="0", help="comma-separated seeds of the random choices; scores are averaged")
+    ap.add_argument("--option", action="append", default=[], metavar="KEY=JSON",
+                    help="a benchmark option (repeatable): --option env='\"Blackjack-v1\"' for the gym benchmark")
     args = ap.parse_args()
     opts = {"suite": args.suite} if args.benchmark == "twx" else {}
+    for item in args.option:
+        key, _, value = item.partition("=")
+        opts[key] = json.loads(value)
     bench = plugins.make("benchmark", args.benchmark, **opts)
     rng = random.Random(0)
     limit = getattr(bench, "max_steps", 20) or 20

@@ -39,15 +39,19 @@ class RoleConfig(Strict):
 class LoopConfig(Strict):
     iterations: int = 3
     """Maximum iterations of the loop (parent -> rollouts -> failures -> proposals -> eval -> frontier)."""
-    train_per_category: int = 1
-    """Training batch per iteration: this many tasks from each category (a stratified batch)."""
-    dev_per_category: int = 4
-    """Validation split size per category; selection sees only this split. 24 tasks (4 x 6 categories)
-    are enough for a real +0.2 gain to pass the 95% paired gate ~90% of the time (with a per-task
-    spread of 0.3; ``tests/test_gate.py`` simulates it), where 12 tasks pass it ~60% of the time."""
-    test_per_category: int = 6
-    """Held-out test split per category, used only for the final report (36 tasks over 6 categories, so
-    the paired best-vs-seed interval is narrower than the dev one that selected the best)."""
+    train_per_category: int | None = None
+    """Training batch per iteration: this many tasks from each category (a stratified batch). None: about
+    6 in all (:data:`SPLIT_TASKS`), spread over the benchmark's categories (one each on a benchmark of 6)."""
+    dev_per_category: int | None = None
+    """Validation split size per category; selection sees only this split. None: about 24 tasks in all,
+    ``ceil(24 / categories)`` each (4 on a benchmark of 6 categories, 24 on a benchmark of one). 24 tasks
+    are enough for a real +0.2 gain to pass the 95% paired gate ~90% of the time (with a per-task spread
+    of 0.3; ``tests/test_gate.py`` simulates it), where 12 tasks pass it ~60% of the time and 4 almost
+    never, which is why the size is a total, not a count per category."""
+    test_per_category: int | None = None
+    """Held-out test split per category, used only for the final report. None: about 36 tasks in all,
+    spread over the categories like dev (6 each on a benchmark of 6), so the paired best-vs-seed interval
+    is narrower than the dev one that selected the best."""
     failure_threshold: float = 0.8
     """tau: episodes scoring below it are failures (EvoSkill uses 0.8 on a 0..1 score)."""
     staged: bool = True
@@ -128,6 +132,17 @@ class LoopConfig(Strict):
                                  "tasks (loop.gate = bootstrap | sign | none, loop.gate_level = 0.95)")
             data = {k: v for k, v in data.items() if k != "score_margin"}
         return data
+
+
+#: The tasks in all that each split size left unset (None) comes to, spread over a benchmark's categories.
+SPLIT_TASKS = {"train_per_category": 6, "dev_per_category": 24, "test_per_category": 36}
+
+
+def sized(loop: LoopConfig, categories: int) -> LoopConfig:
+    """``loop`` with every split size left unset filled in for a benchmark of ``categories`` categories:
+    ``ceil(total / categories)`` each, the totals in :data:`SPLIT_TASKS`. Sizes a user set stay as set."""
+    n = max(1, int(categories))
+    return loop.model_copy(update={k: -(-total // n) for k, total in SPLIT_TASKS.items() if getattr(loop, k) is None})
 
 
 class ClusterConfig(Strict):

@@ -24,7 +24,7 @@ from pathlib import Path
 from evolver import monitor, plugins
 from evolver.budget import BudgetExceeded
 from evolver.checks import audit_harness_code, audit_leakage, check_harness_import, check_skill_files
-from evolver.config import check_config
+from evolver.config import check_config, sized
 from evolver.errors import RepoDamagedError, StoreIOError
 from evolver.estimate import Rate, estimate, estimate_line, forecast, forecast_line, history_ratio, over_caps
 from evolver.evaluate import run_episodes, sample_stratified
@@ -40,8 +40,10 @@ from evolver.types import Candidate, Episode, Program, Proposal
 
 def run_loop(run: Run) -> dict:
     """Run (or resume) the search, then the final test evaluation. Returns the summary."""
-    cfg = run.config.loop
     check_config(run.config)
+    # Split sizes left unset come to the same totals on any benchmark, whatever its number of categories.
+    run.config = run.config.model_copy(update={"loop": sized(run.config.loop, len(run.benchmark.categories))})
+    cfg = run.config.loop
     run.record()
     seed = ensure_seed(run)
     run.repo.gc_worktrees()  # worktrees of candidates a killed run left behind

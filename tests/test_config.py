@@ -1,6 +1,6 @@
 import pytest
 
-from evolver.config import load_config
+from evolver.config import SPLIT_TASKS, load_config, sized
 from evolver.errors import ConfigError
 
 
@@ -11,6 +11,19 @@ def test_defaults_and_overrides(tmp_path):
     assert cfg.benchmark == "basic" and cfg.loop.iterations == 2
     assert cfg.role("proposer").backend == "openai" and cfg.role("judge").backend == "auto"
     assert cfg.role("executor").options == {"max_batch": 4}
+
+
+def test_split_sizes_left_unset_come_to_the_same_totals_whatever_the_categories():
+    loop = load_config(None, ["benchmark=basic"], base={}).loop
+    assert (loop.train_per_category, loop.dev_per_category, loop.test_per_category) == (None, None, None)
+    for categories, sizes in [(6, (1, 4, 6)), (1, (6, 24, 36)), (7, (1, 4, 6)), (4, (2, 6, 9)), (0, (6, 24, 36)),
+                              (30, (1, 1, 2))]:
+        got = sized(loop, categories)
+        assert (got.train_per_category, got.dev_per_category, got.test_per_category) == sizes, categories
+        if categories:  # never fewer tasks than the totals
+            assert all(getattr(got, k) * categories >= total for k, total in SPLIT_TASKS.items())
+    mine = sized(load_config(None, ["loop.dev_per_category=2"], base={}).loop, 1)
+    assert (mine.dev_per_category, mine.test_per_category) == (2, 36)  # what a user set stays as set
 
 
 @pytest.mark.parametrize("override, expected", [

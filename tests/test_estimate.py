@@ -1,7 +1,7 @@
 """The run's expected spend, said before its search (evolver/estimate.py), and what it spent beside it."""
 from pathlib import Path
 
-from evolver.config import LoopConfig
+from evolver.config import LoopConfig, sized
 from evolver.estimate import Rate, estimate, estimate_line, forecast, forecast_line
 from evolver.types import Task
 
@@ -16,8 +16,13 @@ def splits(train=12, dev=24, test=36, categories=6):
 RATE = Rate(tokens=1000.0, calls=10.0, seconds=10.0, n=6)
 
 
+def loop(**kw) -> LoopConfig:
+    """The loop's config as a run on a benchmark of 6 categories has it (1 / 4 / 6 tasks a category)."""
+    return sized(LoopConfig(**kw), 6)
+
+
 def test_the_seeds_episodes_and_the_search_are_priced_at_the_pilots_rate():
-    cfg = LoopConfig(iterations=3, candidates_per_iteration=1, max_wall_s=10_000)
+    cfg = loop(iterations=3, candidates_per_iteration=1, max_wall_s=10_000)
     est = estimate(cfg, splits(), 1, RATE, cached=0, elapsed=60, ratio=None, smoke_steps=5, max_steps=50)
     # seed: 24 dev + 36 test + 6 rollouts; search: 3 x (0.1 smoke + 24 dev) + 2 later batches of 6 + 36 test
     assert est["episodes"] == {"seed": 66, "search": round(3 * 24.1 + 12 + 36, 1)}
@@ -26,7 +31,7 @@ def test_the_seeds_episodes_and_the_search_are_priced_at_the_pilots_rate():
 
 
 def test_the_wall_budget_the_cache_and_cheaper_candidates_lower_it():
-    cfg = LoopConfig(iterations=3, candidates_per_iteration=1, max_wall_s=540)
+    cfg = loop(iterations=3, candidates_per_iteration=1, max_wall_s=540)
     # the seed's dev takes 240 s and an iteration (6 rollouts + 24.1 candidate episodes) ~300 s: one fits
     short = estimate(cfg, splits(), 1, RATE, cached=0, elapsed=60, ratio=None, smoke_steps=5, max_steps=50)
     assert short["iterations"] == 1
@@ -85,7 +90,7 @@ def test_a_run_says_its_estimate_first_and_reports_it_beside_its_spend_and_a_rep
 def test_a_priced_executor_gets_a_cost_and_a_cap_below_the_estimate_is_named():
     from evolver.config import BudgetConfig, Price
     from evolver.estimate import over_caps
-    cfg = LoopConfig(iterations=1, candidates_per_iteration=1, max_wall_s=10_000)
+    cfg = loop(iterations=1, candidates_per_iteration=1, max_wall_s=10_000)
     rate = Rate(tokens=1000.0, calls=10.0, seconds=10.0, n=6, completion=0.1)
     est = estimate(cfg, splits(), 1, rate, cached=0, elapsed=0, ratio=None, smoke_steps=5, max_steps=50,
                    price=Price(input=1.0, output=10.0))
@@ -98,7 +103,7 @@ def test_a_priced_executor_gets_a_cost_and_a_cap_below_the_estimate_is_named():
 
 
 def test_the_forecast_prices_the_iterations_left_at_what_they_cost_so_far():
-    cfg = LoopConfig(iterations=3, max_wall_s=540)
+    cfg = loop(iterations=3, max_wall_s=540)
     # 2 iterations done at 300 s, 100 s each: a third fits (400 < 540); 50k spent, 20k of it in the search
     f = forecast(50_000, 20_000, 2, cfg, elapsed=300, typical_s=100, test_tokens=5_000)
     assert f == {"tokens": 65_000, "spent": 50_000, "iterations_left": 1, "per_iteration": 10_000, "test": 5_000}

@@ -48,7 +48,7 @@ def test_without_a_config_file_the_default_profile_is_the_configuration(author, 
     assert load_config(None, ["loop.dev_per_category=3"]).loop.dev_per_category == 3  # overrides hold
     path = tmp_path / "evolver.toml"
     path.write_text("[loop]\niterations = 5\n")
-    assert load_config(path).loop.dev_per_category == 4  # a file is the whole configuration: no profile under it
+    assert load_config(path).loop.dev_per_category is None  # a file is the whole configuration: no profile under it
     both = load_config(path, profile="quick")  # a named profile goes under the file
     assert (both.loop.iterations, both.loop.dev_per_category) == (5, 2)
     with pytest.raises(UnknownNameError, match="unknown profile 'quik'.*did you mean 'quick'"):

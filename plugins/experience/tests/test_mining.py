@@ -171,6 +171,20 @@ def test_one_state_that_matches_exactly_outvotes_many_that_share_only_the_task()
     assert next_move(observe.note(text, ["close fridge", "eat meal"], data)) == "eat meal"
 
 
+def test_states_told_in_numbers_alone_are_told_apart_by_their_numbers():
+    task = "Play one hand of cards: hit or stick."
+    # the same words, other numbers: hit on a low hand, stick on a high one
+    cases = [case(task, f"({hand}, 10, 0)", "hit", move, value)
+             for hand, move, value in ((12, "hit", 1.0), (12, "stick", -1.0), (20, "stick", 1.0), (20, "hit", -1.0))]
+    data = data_of(cases)
+    for hand, move in ((12, "hit"), (20, "stick")):
+        text = f"{task}\n\nDealt.\n> hit\n({hand}, 10, 0)"
+        assert next_move(observe.note(text, ["hit", "stick"], data)) == move, hand
+    # every number still counts as "#" too: a hand seen in no case is still the same kind of state
+    assert observe.neighbours(data, observe.parse(f"{task}\n\nDealt.\n> hit\n(17, 9, 1)"))
+    assert observe.bag("(20, 10, 0)") == {"#": 3, "#20": 0.5, "#10": 0.5, "#0": 0.5}
+
+
 def test_a_word_only_an_earlier_observation_holds_is_part_of_the_move():
     task = "Prepare the dish the recipe in the book asks for."
     text = (f"{task}\n\nA kitchen.\n> read book\nRecipe: slice the pepper.\n> take pepper\n"

@@ -45,6 +45,7 @@ DERIVE_FROM = 4
 DERIVED_WEIGHT = 2.0
 OPS = ("+", "-", "*", "/")
 NUMBER = re.compile(r"\d+")
+NUMBER_WEIGHT = 0.5  # a number's own count in a state's bag, beside the "#" every number counts as
 # Between moves that are equally alike to the cases, the one with more of a case's own words goes
 # first: a tie breaker, never more ("put {o} in box" over "put {o} in bench" when both rooms' lists name them).
 EXACT_BONUS = 1e-3
@@ -52,12 +53,18 @@ MIN_ACTION_MATCH = 0.75  # two actions this alike (word cosine) share their evid
 
 
 def bag(text: str) -> dict:
-    """Word counts; every number counts as the one word "#": states that differ only in their numbers
-    are the same kind of state (the numbers' part in a move is :func:`derived`'s)."""
+    """Word counts; every number counts as the one word "#", and as itself at :data:`NUMBER_WEIGHT`:
+    states that differ only in their numbers are the same kind of state (the numbers' part in a move is
+    :func:`derived`'s), and those whose numbers agree too are nearer (a state told in numbers alone,
+    a hand of cards say, is otherwise one state)."""
     out: dict = {}
     for w in WORD.findall(text.lower()):
-        w = "#" if w.isdigit() else w
-        out[w] = out.get(w, 0) + 1
+        if w.isdigit():
+            out["#"] = out.get("#", 0) + 1
+            w, n = "#" + str(int(w)), NUMBER_WEIGHT
+        else:
+            n = 1
+        out[w] = out.get(w, 0) + n
     return out
 
 
