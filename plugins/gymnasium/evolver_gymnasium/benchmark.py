@@ -99,6 +99,7 @@ class GymBenchmark(Benchmark):
         except ImportError as exc:
             raise BenchmarkError("the gym benchmark needs gymnasium: pip install -e plugins/gymnasium") from exc
         self._gym, self.env_id, self.kwargs = gymnasium, env, dict(kwargs or {})
+        self._modes: list | None = None  # the environment's render modes, read once
         if env not in gymnasium.registry:
             near = [k for k in gymnasium.registry if k.split("-")[0].lower() == env.split("-")[0].lower()]
             raise BenchmarkError(f"no Gymnasium environment {env!r}" + (f"; did you mean {near[0]!r}?" if near else
@@ -126,10 +127,24 @@ class GymBenchmark(Benchmark):
             probe.close()
 
     def make(self):
-        try:
-            return self._gym.make(self.env_id, render_mode="ansi", **self.kwargs)
-        except Exception:  # noqa: BLE001 - no ANSI rendering: observations are written out instead
-            return self._gym.make(self.env_id, **self.kwargs)
+        # Asked for an ANSI rendering only where the environment lists one (asking others makes gymnasium warn).
+        modes = self._render_modes()
+        if "ansi" in modes:
+            try:
+                return self._gym.make(self.env_id, render_mode="ansi", **self.kwargs)
+            except Exception:  # noqa: BLE001 - no ANSI rendering after all: observations are written out
+                pass
+        return self._gym.make(self.env_id, **self.kwargs)
+
+    def _render_modes(self) -> list:
+        if self._modes is None:
+            try:
+                env = self._gym.make(self.env_id, **self.kwargs)
+                self._modes = list((env.metadata or {}).get("render_modes") or [])
+                env.close()
+            except Exception:  # noqa: BLE001 - make() will raise the environment's own error
+                self._modes = ["ansi"]
+        return self._modes
 
     def score(self, total: float) -> float:
         return min(1.0, max(0.0, (total - self.lo) / (self.hi - self.lo)))

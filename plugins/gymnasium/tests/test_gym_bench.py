@@ -1,6 +1,7 @@
 """Gymnasium environments as evolver benchmarks from the configuration alone (evolver_gymnasium)."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -56,6 +57,16 @@ def test_what_a_rendering_says_by_colour_alone_is_kept():
     assert obs[0].text.count("<") == 2 and "\x1b" not in obs[0].text
     assert not obs[1].done and obs[1].info["return"] == -1.0
     assert plain("\x1b[1mbold\x1b[0m \x1b[30;43mX\x1b[0m \x1b[91mY\x1b[0m") == "bold [X] Y<red>"
+
+
+def test_an_environment_without_an_ansi_rendering_is_written_out_without_a_warning():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # gymnasium warns when asked for a render mode an environment lacks
+        obs = play({"env": "Blackjack-v1", "action_names": ["stick", "hit"], "score_range": [-1, 1]}, ["stick"])
+    assert re.fullmatch(r"\(\d+, \d+, [01]\)", obs[0].text)  # (your sum, the dealer's card, a usable ace)
+    assert obs[1].done and obs[1].score in (0.0, 0.5, 1.0)
 
 
 def test_a_return_is_mapped_onto_scores_by_the_range_given():
