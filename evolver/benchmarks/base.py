@@ -100,7 +100,8 @@ class Benchmark(abc.ABC):
     Registered with ``register_benchmarks(register)`` as ``factory(**options)``."""
 
     name: str = "base"
-    #: Task categories; training batches are sampled across them.
+    #: Task categories; training batches are sampled across them, and a run's split sizes (24 dev, 36 test and
+    #: 6 training tasks an iteration, unless its config sets ``loop.*_per_category``) are spread over them.
     categories: list[str] = []
     #: Step limit per episode (the harness may stop earlier).
     max_steps: int = 1
