@@ -99,7 +99,6 @@ class GymBenchmark(Benchmark):
         except ImportError as exc:
             raise BenchmarkError("the gym benchmark needs gymnasium: pip install -e plugins/gymnasium") from exc
         self._gym, self.env_id, self.kwargs = gymnasium, env, dict(kwargs or {})
-        self._modes: list | None = None  # the environment's render modes, read once
         if env not in gymnasium.registry:
             near = [k for k in gymnasium.registry if k.split("-")[0].lower() == env.split("-")[0].lower()]
             raise BenchmarkError(f"no Gymnasium environment {env!r}" + (f"; did you mean {near[0]!r}?" if near else
@@ -109,8 +108,10 @@ class GymBenchmark(Benchmark):
             raise BenchmarkError(f"score_range {list(score_range)}: the second return must exceed the first")
         self.lo, self.hi, self.max_steps = lo, hi, int(max_steps)
         self.categories = [env]
-        probe = self.make()
+        probe = gymnasium.make(env, **self.kwargs)
         try:
+            # An ANSI rendering is asked for only where the environment lists one (asking others makes gymnasium warn).
+            self.ansi = "ansi" in ((probe.metadata or {}).get("render_modes") or ())
             space = probe.action_space
             if isinstance(space, gymnasium.spaces.Discrete):
                 names = [str(n) for n in (action_names or range(int(space.n)))]
@@ -127,24 +128,12 @@ class GymBenchmark(Benchmark):
             probe.close()
 
     def make(self):
-        # Asked for an ANSI rendering only where the environment lists one (asking others makes gymnasium warn).
-        modes = self._render_modes()
-        if "ansi" in modes:
+        if self.ansi:
             try:
                 return self._gym.make(self.env_id, render_mode="ansi", **self.kwargs)
             except Exception:  # noqa: BLE001 - no ANSI rendering after all: observations are written out
                 pass
         return self._gym.make(self.env_id, **self.kwargs)
-
-    def _render_modes(self) -> list:
-        if self._modes is None:
-            try:
-                env = self._gym.make(self.env_id, **self.kwargs)
-                self._modes = list((env.metadata or {}).get("render_modes") or [])
-                env.close()
-            except Exception:  # noqa: BLE001 - make() will raise the environment's own error
-                self._modes = ["ansi"]
-        return self._modes
 
     def score(self, total: float) -> float:
         return min(1.0, max(0.0, (total - self.lo) / (self.hi - self.lo)))
