@@ -5,7 +5,8 @@ the search (every other program's episodes, later rollouts included).
     python bench/estimate_vs_spend.py [STORE_FOLDER ...]   # default: ./store
 
 Prints one row per finished run: estimated and spent tokens and calls (every role's spend, from the
-run's summary), the error of each, and the seed part and the search part of both, in tokens.
+run's summary), the error of each, the seed part and the search part of both, in tokens, and the
+estimate said again once the first candidates had played their smoke episodes (the revised one).
 """
 from __future__ import annotations
 
@@ -32,21 +33,22 @@ def rows(folder: Path) -> list[tuple]:
                 "WHERE run_id = ? AND program_id = ?", [rid, SEED_ID])[1][0][0]
             out.append((rid, est["tokens"], tokens, est["calls"], calls, est.get("seed_tokens", 0), seed_spent,
                         est["tokens"] - est.get("seed_tokens", 0), tokens - seed_spent, est.get("ratio"),
-                        est["iterations"], summary.get("iterations")))
+                        est["iterations"], summary.get("iterations"), (est.get("revised") or {}).get("tokens")))
     return out
 
 
 def main(argv: list[str]) -> None:
     folders = [Path(a) for a in argv] or [Path("store")]
     print("| run | tokens est / spent (error) | calls est / spent (error) | seed part est / spent | "
-          "search part est / spent | ratio | iterations est / run |")
-    print("|---|---|---|---|---|---|---|")
+          "search part est / spent | ratio | iterations est / run | revised tokens (error) |")
+    print("|---|---|---|---|---|---|---|---|")
     for folder in folders:
-        for (rid, et, st, ec, sc, es, ss, esr, ssr, ratio, ei, si) in rows(folder):
+        for (rid, et, st, ec, sc, es, ss, esr, ssr, ratio, ei, si, rt) in rows(folder):
             err = lambda e, s: f"{(e - s) / s:+.0%}" if s else "n/a"  # noqa: E731
             print(f"| {rid} | {et:,} / {st:,} ({err(et, st)}) | {ec:,} / {sc:,} ({err(ec, sc)}) | "
                   f"{es:,} / {ss:,} ({err(es, ss)}) | {esr:,} / {ssr:,} ({err(esr, ssr)}) | "
-                  f"{'none' if ratio is None else f'{ratio:.3f}'} | {ei} / {si} |")
+                  f"{'none' if ratio is None else f'{ratio:.3f}'} | {ei} / {si} | "
+                  f"{'none' if rt is None else f'{rt:,} ({err(rt, st)})'} |")
 
 
 if __name__ == "__main__":

@@ -13,6 +13,10 @@ price every episode the loop will play:
   - as many iterations as the wall-time budget leaves room for at the pilot's seconds per episode (a
     rough count: a lockstep plays a bigger batch faster per episode, so no wall time is promised).
 What proposers spend themselves (a trainer's rollouts, a proposer's own model calls) is not counted.
+
+Once the first iteration's candidates have played their smoke episodes, and before any of them plays a
+dev episode, the run says it again (:func:`revise`): candidates priced by those smoke episodes against
+the seed's own first moves (:func:`smoke_ratio`), as many an iteration as the first one built.
 """
 from __future__ import annotations
 
@@ -56,27 +60,30 @@ def history_ratio(store, run_id: str, benchmark: str, model: str) -> float | Non
 
 
 def estimate(cfg, data: dict, k: int, rate: Rate, cached: int, elapsed: float, ratio: float | None,
-             smoke_steps: int, max_steps: int, pilot_played: int | None = None, price=None) -> dict:
+             smoke_steps: int, max_steps: int, pilot_played: int | None = None, price=None,
+             candidates: int | None = None) -> dict:
     """The expected spend of a run (module doc): ``cfg`` its loop config, ``data`` its splits, ``k``
     episodes per dev or test task, ``rate`` the pilot's, ``cached`` how many of the seed's dev and test
     episodes the cache already holds, ``elapsed`` the seconds spent before the search, ``ratio`` the
     candidates' cost against their parent (None: 1), ``pilot_played`` how many of the pilot's rollouts
-    were played (not found in the cache; None: all), ``price`` the executor's (None: free)."""
+    were played (not found in the cache; None: all), ``price`` the executor's (None: free), ``candidates``
+    how many an iteration builds (None: ``cfg.candidates_per_iteration``)."""
     r = 1.0 if ratio is None else ratio
+    n = cfg.candidates_per_iteration if candidates is None else candidates
     dev, test = len(data["dev"]) * k, len(data["test"]) * k
     batch = cfg.train_per_category * max(1, len({t.category for t in data["train"]}))
     seed_eps = max(0, dev + test - cached)
     smoke = min(1.0, smoke_steps / max(1, max_steps))  # a smoke episode is cut after a few moves
     per_candidate = smoke + dev
     first = rate.seconds * (dev - min(dev, cached)) + elapsed
-    one_iteration = rate.seconds * (batch + r * cfg.candidates_per_iteration * per_candidate)
+    one_iteration = rate.seconds * (batch + r * n * per_candidate)
     iterations = 1
     while iterations < cfg.iterations and first + (iterations + 1) * one_iteration < cfg.max_wall_s:
         iterations += 1
     finals = 1 if cfg.test_frontier is False else cfg.frontier_capacity
     # the first rollouts are the pilot: already spent when this is said, unless the cache had them
     seed_part = seed_eps + (batch if pilot_played is None else pilot_played)
-    search = iterations * cfg.candidates_per_iteration * per_candidate + (iterations - 1) * batch + finals * test
+    search = iterations * n * per_candidate + (iterations - 1) * batch + finals * test
     episodes = seed_part + r * search
     tokens = episodes * rate.tokens
     cost = 0.0 if price is None else cost_of(price, round(tokens * (1 - rate.completion)),
@@ -84,7 +91,33 @@ def estimate(cfg, data: dict, k: int, rate: Rate, cached: int, elapsed: float, r
     return {"tokens": round(tokens), "calls": round(episodes * rate.calls), "cost": round(cost, 6),
             "seed_tokens": round(seed_part * rate.tokens),
             "episodes": {"seed": seed_part, "search": round(search, 1)}, "iterations": iterations,
-            "ratio": ratio, "rate": asdict(rate), "cached": cached}
+            "ratio": ratio, "rate": asdict(rate), "cached": cached, "candidates": n,
+            "elapsed": round(elapsed, 3), "pilot_played": pilot_played}
+
+
+def smoke_ratio(smokes: list, pilot: list, smoke_steps: int) -> float | None:
+    """What candidates cost against the seed, from their smoke episodes (``smokes``, each cut after
+    ``smoke_steps`` moves): their mean tokens against the seed's in the first ``smoke_steps`` steps of
+    its ``pilot`` episodes (with steps) on the smoke task's category, or on any where it has none there.
+    None without either."""
+    if not smokes:
+        return None
+    category = smokes[0].task.category
+    ref = [e for e in pilot if e.steps and e.task.category == category] or [e for e in pilot if e.steps]
+    seed = sum(s.prompt_tokens + s.completion_tokens for e in ref for s in e.steps[:smoke_steps]) / max(1, len(ref))
+    if seed <= 0:
+        return None
+    return sum((e.prompt_tokens or 0) + (e.completion_tokens or 0) for e in smokes) / len(smokes) / seed
+
+
+def revise(cfg, data: dict, k: int, est: dict, ratio: float, candidates: int, smoke_steps: int,
+           max_steps: int, price=None) -> dict:
+    """:func:`estimate` again from what ``est`` was priced by, its candidates now at ``ratio`` of the
+    seed's rate and ``candidates`` an iteration: the figures a run says once its first candidates have
+    played their smoke episodes."""
+    again = estimate(cfg, data, k, Rate(**est["rate"]), est["cached"], est.get("elapsed", 0.0), ratio,
+                     smoke_steps, max_steps, est.get("pilot_played"), price, candidates)
+    return {key: again[key] for key in ("tokens", "calls", "cost", "iterations", "ratio", "candidates")}
 
 
 def over_caps(est: dict, caps) -> list[str]:
@@ -92,6 +125,15 @@ def over_caps(est: dict, caps) -> list[str]:
     return [f"budget.{name} = {cap:g}" for name, cap in (("tokens", caps.tokens), ("calls", caps.calls),
                                                            ("cost", caps.cost))
             if cap is not None and est[name] > cap]
+
+
+def revised_line(est: dict) -> str:
+    """What :func:`revise` says, as the run prints it before its candidates' dev episodes."""
+    r = est["revised"]
+    return (f"estimate revised: ~{r['tokens']:,} tokens and ~{r['calls']:,} model calls in {r['iterations']} "
+            f"iteration{'s' if r['iterations'] != 1 else ''} ({r['candidates']} candidate"
+            f"{'s' if r['candidates'] != 1 else ''} an iteration at {r['ratio']:.2f}x the seed's rate, priced by "
+            "the first ones' smoke episodes against the seed's first moves)")
 
 
 def estimate_line(est: dict) -> str:

@@ -26,7 +26,8 @@ from evolver.budget import BudgetExceeded
 from evolver.checks import audit_harness_code, audit_leakage, check_harness_import, check_skill_files
 from evolver.config import check_config, sized
 from evolver.errors import RepoDamagedError, StoreIOError
-from evolver.estimate import Rate, estimate, estimate_line, forecast, forecast_line, history_ratio, over_caps
+from evolver.estimate import (Rate, estimate, estimate_line, forecast, forecast_line, history_ratio, over_caps,
+                               revise, revised_line, smoke_ratio)
 from evolver.evaluate import run_episodes, sample_stratified
 from evolver.final import finish
 from evolver.frontier import Frontier
@@ -69,7 +70,7 @@ def run_loop(run: Run) -> dict:
     else:
         run.log(plan_line(run.plan))
         # Said once: a run resumed before its first iteration keeps the estimate it made at its start.
-        run.estimate = kept.get("estimate") or _estimate(run, seed, data)
+        run.estimate = kept.get("estimate") or _estimate(run, seed, data, proposers)
         run.store.update_run(run.id, summary=kept | {"estimate": run.estimate})
         run.log(estimate_line(run.estimate))
         over = over_caps(run.estimate, run.config.budget)
@@ -109,9 +110,23 @@ def _rollouts(run: Run, parent: Program, data: dict, it: int) -> list:
                         progress=progress_status(run, f"iteration {it} rollouts"))
 
 
-def _estimate(run: Run, seed: Program, data: dict) -> dict:
+def _shares(cfg, names: list[str]) -> dict[str, int]:
+    """Each proposer's share of an iteration's ``candidates_per_iteration``, in order."""
+    n = cfg.candidates_per_iteration
+    return {name: n // len(names) + (i < n % len(names)) for i, name in enumerate(names)}
+
+
+def built(cfg, proposers: dict) -> int:
+    """How many candidates an iteration builds: each proposer's share, or fewer where it says one call
+    builds fewer (its ``drafts``)."""
+    share = _shares(cfg, list(proposers)) if proposers else {}
+    return sum(min(n, getattr(proposers[name], "drafts", None) or n) for name, n in share.items())
+
+
+def _estimate(run: Run, seed: Program, data: dict, proposers: dict) -> dict:
     """The run's expected spend (:mod:`evolver.estimate`), priced by the first iteration's rollouts of
-    the seed, played now, and the cache's and this store's earlier runs' share of the rest."""
+    the seed, played now, and the cache's and this store's earlier runs' share of the rest, for as many
+    candidates an iteration as :func:`built` counts."""
     cfg = run.config.loop
     run.status = "estimating: the first rollouts of the seed"
     began = time.time()
@@ -126,7 +141,25 @@ def _estimate(run: Run, seed: Program, data: dict) -> dict:
     ratio = history_ratio(run.store, run.id, data["dev"][0].benchmark if data["dev"] else "", model)
     return estimate(cfg, data, k, Rate.of(full, seconds), cached, run.elapsed(), ratio, SMOKE_STEPS,
                     max(1, getattr(run.benchmark, "max_steps", 1) or 1), sum(not e.cached for e in pilot),
-                    run.models.price("executor")) | {"pilot_s": round(took, 3)}
+                    run.models.price("executor"), built(cfg, proposers)) | {"pilot_s": round(took, 3)}
+
+
+def _revise(run: Run, data: dict, pilot: list, candidates: list[Candidate]) -> None:
+    """Say the estimate again once the first candidates have played their smoke episodes, before any
+    dev episode of theirs (:func:`evolver.estimate.revise`), and keep it in the run's summary."""
+    ratio = smoke_ratio([c.smoke for c in candidates], pilot, SMOKE_STEPS)  # type: ignore[attr-defined]
+    if ratio is None:
+        return
+    run.estimate = run.estimate | {"revised": revise(
+        run.config.loop, data, episodes_per_task(run), run.estimate, ratio, len(candidates), SMOKE_STEPS,
+        max(1, getattr(run.benchmark, "max_steps", 1) or 1), run.models.price("executor"))}
+    kept = (run.store.get_run(run.id) or {}).get("summary") or {}
+    run.store.update_run(run.id, summary=kept | {"estimate": run.estimate})
+    run.log(revised_line(run.estimate))
+    over = over_caps(run.estimate["revised"], run.config.budget)
+    if over:
+        run.log(f"the revised estimate passes {', '.join(over)}: the run will likely stop there, with a partial "
+                "report, before its final test")
 
 
 def _unplayed(run: Run, program: Program, tasks: list) -> int:
@@ -236,6 +269,8 @@ def iterate(run: Run, it: int, proposers: dict, data: dict) -> list[str]:
 
     drafts = _propose(run, it, proposers, parent, failures, successes)
     candidates = _check(run, it, parent, drafts, data, shown=[e.task for e in failures])
+    if it == 0 and run.estimate and "revised" not in run.estimate:
+        _revise(run, data, list(full.values()), candidates)
     admitted = evaluate_and_select(run, it, candidates, data)
     summary["admitted"] = admitted
     summary["candidates"] = [c.id for c in candidates] + [d.candidate_id for d in drafts if d.rejected]
@@ -263,9 +298,7 @@ def _propose(run: Run, it: int, proposers: dict, parent: Program, failures, succ
     cfg = run.config.loop
     history = run.store.proposals(run.id)
     drafts: list[Draft] = []
-    names = list(proposers)
-    share = {n: cfg.candidates_per_iteration // len(names) + (i < cfg.candidates_per_iteration % len(names))
-             for i, n in enumerate(names)}
+    share = _shares(cfg, list(proposers))
     for name, proposer in proposers.items():
         if share[name] == 0:
             continue
@@ -353,6 +386,7 @@ def _check(run: Run, it: int, parent: Program, drafts: list[Draft], data: dict,
             _reject(run, it, drafts_by_id[cand.id], f"smoke episode failed: {ep.error.strip()}")
         else:
             cand.status = "checked"
+            cand.smoke = ep  # type: ignore[attr-defined]
             survivors.append(cand)
     return survivors
 

@@ -16,6 +16,10 @@ whose ``needs_failures`` attribute is False (they learn from the store, their ow
 demonstrations), and skips the iteration when there are none. Without the attribute a proposer needs
 failures.
 
+A proposer that builds fewer drafts a call than its share (one skill mined, one model trained) says so
+with a ``drafts`` attribute: the run's estimate (:mod:`evolver.estimate`) counts an iteration's
+candidates by it. Without it the estimate counts the share.
+
 Error policy: a proposer that raises loses only its own candidates for this iteration (the error is
 logged as a rejected proposal); a draft it cannot finish it returns with ``draft.reject(reason)``.
 """
@@ -82,6 +86,8 @@ class Proposer(abc.ABC):
 
     #: False: this proposer is asked in an iteration whose rollouts had no failure (``ctx.failures`` empty).
     needs_failures: bool = True
+    #: The most drafts one call builds; None: its share of the iteration, ``ctx.n``.
+    drafts: int | None = None
 
     @abc.abstractmethod
     def propose(self, ctx: ProposeContext) -> list[Draft]:

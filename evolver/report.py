@@ -135,12 +135,16 @@ def estimate_lines(summary: dict) -> list[str]:
     tokens = sum(s.get("tokens", 0) for s in spend.values())
     calls = sum(s.get("calls", 0) for s in spend.values())
     off = lambda guess, real: f" ({(guess - real) / real:+.0%})" if real else ""  # noqa: E731
-    return ["", f"Before its search it estimated ~{est['tokens']:,} tokens{off(est['tokens'], tokens)} and "
-            f"~{est['calls']:,} model calls{off(est['calls'], calls)} in {est['iterations']} iterations; every "
-            f"role together spent {tokens:,} tokens in {calls:,} calls, in {summary.get('iterations', 0)} "
-            "iterations."] + [f"After iteration {f['after']} it forecast ~{f['tokens']:,} tokens"
-                              f"{off(f['tokens'], tokens)} ({f['iterations_left']} more iterations)."
-                              for f in summary.get("forecasts") or []]
+    lines = ["", f"Before its search it estimated ~{est['tokens']:,} tokens{off(est['tokens'], tokens)} and "
+             f"~{est['calls']:,} model calls{off(est['calls'], calls)} in {est['iterations']} iterations; every "
+             f"role together spent {tokens:,} tokens in {calls:,} calls, in {summary.get('iterations', 0)} "
+             "iterations."]
+    if r := est.get("revised"):
+        lines.append(f"Once its first candidates had played their smoke episodes it said ~{r['tokens']:,} tokens"
+                     f"{off(r['tokens'], tokens)} ({r['candidates']} candidate{'s' if r['candidates'] != 1 else ''} "
+                     f"an iteration at {r['ratio']:.2f}x the seed's rate).")
+    return lines + [f"After iteration {f['after']} it forecast ~{f['tokens']:,} tokens{off(f['tokens'], tokens)} "
+                    f"({f['iterations_left']} more iterations)." for f in summary.get("forecasts") or []]
 
 
 def _row(name: str, m: dict) -> str:

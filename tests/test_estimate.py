@@ -71,6 +71,13 @@ def test_a_run_says_its_estimate_first_and_reports_it_beside_its_spend_and_a_rep
             assert line == 1 and run.console.lines[0].startswith("plan: at most")
             assert est["rate"]["n"] == 4 and est["rate"]["calls"] == 1.0 and est["tokens"] > 0
             assert "Before its search it estimated ~" in Path(summary["report"]).read_text()
+            # the first candidate's smoke episode priced the search again, before any dev episode of its own
+            revised = est["revised"]
+            assert revised["candidates"] == 1 and revised["ratio"] >= 0
+            said = next(i for i, text in enumerate(run.console.lines) if text.startswith("estimate revised: ~"))
+            judged = next(i for i, text in enumerate(run.console.lines) if " admitted" in text or " discarded" in text)
+            assert line < said < judged
+            assert "Once its first candidates had played their smoke episodes" in Path(summary["report"]).read_text()
             (f,) = summary["forecasts"]  # one iteration: said once, after it, with nothing left to run
             forecasts.append(f)
             assert f["after"] == 1 and f["iterations_left"] == 0 and f["spent"] > 0
@@ -109,3 +116,48 @@ def test_the_forecast_prices_the_iterations_left_at_what_they_cost_so_far():
     assert f == {"tokens": 65_000, "spent": 50_000, "iterations_left": 1, "per_iteration": 10_000, "test": 5_000}
     assert forecast(50_000, 20_000, 2, cfg, elapsed=450, typical_s=100, test_tokens=0)["iterations_left"] == 0
     assert "forecast after 2 iterations: ~65,000 tokens in all" in forecast_line(2, f)
+
+
+def test_an_iteration_counts_the_candidates_its_proposers_build():
+    from evolver.loop import built
+    one, many = type("One", (), {"drafts": 1})(), type("Many", (), {})()
+    cfg = loop(candidates_per_iteration=5)
+    assert built(cfg, {"miner": one}) == 1  # one mined skill a call, whatever its share of 5
+    assert built(cfg, {"miner": one, "evoskill": many}) == 1 + 2  # shares of 3 and 2: the first builds one
+    assert built(loop(candidates_per_iteration=1), {"a": many, "b": one}) == 1  # the second's share is 0
+    few = estimate(cfg, splits(), 1, RATE, cached=0, elapsed=0, ratio=None, smoke_steps=5, max_steps=50,
+                   candidates=1)
+    assert few["candidates"] == 1 and few["episodes"]["search"] == round(1 * 24.1 + 36, 1)
+
+
+def _episode(category: str, tokens: list[int], smoke: bool = False):
+    from evolver.types import Episode, Step
+    task = Task(id=f"b/train/{category}", benchmark="b", split="train", category=category, prompt="p")
+    steps = [Step(index=i, prompt="", output="", action="a", observation="", prompt_tokens=t)
+             for i, t in enumerate(tokens)]
+    ep = Episode(task=task, program_id="p", program_hash="h", model="m", seed=0, steps=steps,
+                 purpose="smoke" if smoke else "train")
+    ep.tally()
+    return ep
+
+
+def test_the_smoke_episodes_price_candidates_against_the_seeds_first_moves_in_their_category():
+    from evolver.estimate import smoke_ratio
+    pilot = [_episode("c0", [100] * 10), _episode("c1", [400] * 10), _episode("c1", [200] * 3)]
+    # the seed's first 5 moves in c1: 2000 and 600 tokens, 1300 an episode; the smoke spent 650
+    assert smoke_ratio([_episode("c1", [130] * 5, smoke=True)], pilot, 5) == 0.5
+    assert smoke_ratio([_episode("c0", [0] * 5, smoke=True)], pilot, 5) == 0.0  # moves played without the model
+    assert smoke_ratio([_episode("c9", [50] * 5, smoke=True)], pilot, 5) == 250 / ((500 + 2000 + 600) / 3)
+    assert smoke_ratio([], pilot, 5) is None and smoke_ratio([_episode("c0", [1], smoke=True)], [], 5) is None
+
+
+def test_the_revised_estimate_prices_the_search_by_the_smoke_and_counts_the_first_iterations_candidates():
+    from evolver.estimate import revise, revised_line
+    cfg = loop(iterations=1, candidates_per_iteration=3, max_wall_s=10_000)
+    est = estimate(cfg, splits(), 1, RATE, cached=0, elapsed=60, ratio=None, smoke_steps=5, max_steps=50)
+    free = revise(cfg, splits(), 1, est, 0.0, 1, 5, 50)
+    assert free["tokens"] == est["seed_tokens"] == 66_000 and free["candidates"] == 1  # candidates cost nothing
+    half = revise(cfg, splits(), 1, est, 0.5, 2, 5, 50)
+    assert half["tokens"] == 66_000 + round(0.5 * (2 * 24.1 + 36) * 1000) < est["tokens"]
+    line = revised_line(est | {"revised": half})
+    assert line.startswith("estimate revised: ~108,100 tokens") and "2 candidates an iteration at 0.50x" in line

@@ -647,7 +647,8 @@ def test_the_pilot_rollouts_count_in_the_first_iterations_time(tmp_path, monkeyp
 
     import evolver.loop
     real = evolver.loop._estimate
-    monkeypatch.setattr(evolver.loop, "_estimate", lambda run, seed, data: real(run, seed, data) | {"pilot_s": pilot_s})
+    monkeypatch.setattr(evolver.loop, "_estimate",
+                        lambda run, seed, data, proposers: real(run, seed, data, proposers) | {"pilot_s": pilot_s})
     run, store, _, _ = run_once(tmp_path, toybench.make_rule(), iterations=2, max_wall_s=5_000,
                                 failure_threshold=1.01, patience=5)
     try:

@@ -60,6 +60,7 @@ def credited(episode):
 
 class ExpertIterationProposer:
     needs_failures = False  # learns from its own sampled rollouts
+    drafts = 1  # one fine-tuned policy a call
 
     def __init__(self, run, **options):
         self.run = run

@@ -74,6 +74,7 @@ def planned_tasks(run, plan: dict[str, list[int]]) -> list:
 
 class ImitationProposer:
     needs_failures = False  # learns from demonstrations
+    drafts = 1  # one fine-tuned policy a call
 
     def __init__(self, run, **options):
         self.run = run

@@ -4,7 +4,8 @@ Each round it reads every training episode of the run in the store (the policy's
 iteration's samples, imitation's replayed demonstrations) plus, where the benchmark offers them,
 demonstrations of ``demos_per_category`` more training tasks per category played in their
 environments (else, with nothing to imitate, ``explore_per_category`` training tasks per category
-played at random: rewards alone), turns their steps into cases (:mod:`evolver_experience.mining`),
+played at random: rewards alone; left unset, each is a floor a category and a total, so a benchmark
+with one category mines as much as one with six), turns their steps into cases (:mod:`evolver_experience.mining`),
 merges them with the cases the parent's copy of the skill held, and writes the skill into the
 candidate. The skill grows down a lineage, one commit per version (``evolver skills history
 mined-moves``).
@@ -42,10 +43,11 @@ _FOLLOW_RE = re.compile(r"^FOLLOW_NOTES = (True|False)\b", re.M)
 class SkillMinerOptions(ImitationOptions):
     skill: str = "mined-moves"
     """Name of the mined skill (one per program; a later round replaces it with a grown copy)."""
-    demos_per_category: int = Field(36, ge=0)
+    demos_per_category: int | None = Field(None, ge=0)
     """Demonstrations of training tasks per category played for mining each round (their environments
-    only: no model, milliseconds a game); 0 mines the store's episodes alone. Notes alone scored 0.60 on
-    twx-easy dev from 12 a game and 0.66 from 36; more did not help (``bench/mined_notes.py``)."""
+    only: no model, milliseconds a game); 0 mines the store's episodes alone. Unset: 36 a category and
+    at least 216 in all (:func:`spread`). Notes alone scored 0.60 on twx-easy dev from 12 a game and 0.66
+    from 36; more did not help (``bench/mined_notes.py``)."""
     train: Literal["auto", "imitation", "expert-iteration", "none"] = "none"
     """How the policy learns to follow the new skill's notes: ``imitation`` of demonstrations replayed
     with them (the imitation options ``per_category``, ``focus`` and the SFT keys apply);
@@ -55,10 +57,12 @@ class SkillMinerOptions(ImitationOptions):
     parent's weights. Training beside following measured no better on twx-easy test (0.519 trained vs
     0.526 untrained, both following) and took a quarter of the run; the time goes to more rounds of
     mining instead."""
-    explore_per_category: int = Field(60, ge=0)
+    explore_per_category: int | None = Field(None, ge=0)
     """Where a round has no demonstrations to mine (the benchmark offers none, or the run uses none:
     ``demonstrations = false``), training tasks per category played by picking valid actions at random
-    (their environments only: no model, milliseconds a game) and mined for their rewards; 0: none."""
+    (their environments only: no model, milliseconds a game) and mined for their rewards; 0: none.
+    Unset: 60 a category and at least 360 in all (:func:`spread`): Blackjack's notes alone play 0.29 from
+    60 hands and 0.38 from 360 (a random player 0.31)."""
     explore_sweeps: int = Field(3, ge=1)
     """Passes over those tasks; each after the first plays the move the notes mined so far name (with
     probability ``1 - explore_epsilon``, else a random one), so it reaches rewards that random play
@@ -75,17 +79,30 @@ class SkillMinerOptions(ImitationOptions):
     the parent's weights), and the gate decides which plays better."""
 
 
+DEMOS = (36, 216)  # demonstrations a round, unset: per category and at least in all
+EXPLORE = (60, 360)  # explored tasks a round, the same
+
+
+def spread(per_category: int | None, floor: int, total: int, categories: int) -> int:
+    """Tasks a category: ``per_category`` where set, else ``floor`` and at least ``total`` in all."""
+    if per_category is not None:
+        return per_category
+    return max(floor, -(-total // max(1, categories)))
+
+
 class SkillMinerProposer:
     needs_failures = False  # mines the run's stored episodes and demonstrations, not one batch's failures
 
     def __init__(self, run, **options):
         self.run = run
         self.cfg, self.sft = split_options(SkillMinerOptions, options, "skill-miner", SFT_DEFAULTS)
+        # One candidate a call: the skill alone; trained, up to three (the trained one and its twins).
+        self.drafts = 1 if self.cfg.train == "none" else 3
         self.expert = ExpertIterationProposer(run, **self.cfg.expert)  # fails at start-up on a bad option
 
     def demonstrations(self, rounds: int) -> list:
         """Demonstrated episodes of mining slice ``rounds`` (task ``rounds * n`` onwards per category)."""
-        n = self.cfg.demos_per_category
+        n = spread(self.cfg.demos_per_category, *DEMOS, len(self.run.benchmark.categories))
         if not n:
             return []
         tasks = planned_tasks(self.run, {c: [rounds * n, n] for c in self.run.benchmark.categories})
@@ -96,9 +113,9 @@ class SkillMinerProposer:
         ``explore_sweeps`` passes, the first guided by ``guide`` (the parent's cases) when it has any,
         else at random, each later one by the cases found so far."""
         cfg = self.cfg
-        if not cfg.explore_per_category:
+        n = spread(cfg.explore_per_category, *EXPLORE, len(self.run.benchmark.categories))
+        if not n:
             return []
-        n = cfg.explore_per_category
         self.run.status = f"skill-miner explores {n} training tasks per category, {cfg.explore_sweeps} sweeps"
         tasks = planned_tasks(self.run, {c: [rounds * n, n] for c in self.run.benchmark.categories})
         return mining.explored_sweeps(self.run.benchmark, tasks, cfg.explore_sweeps, seed=rounds, guide=guide,

@@ -446,3 +446,20 @@ def test_the_proposer_writes_a_growing_skill_whose_notes_reach_the_policy_and_tr
     repo = ProgramRepo(tmp_path / "store")
     files = repo.checkout(cid)
     assert (Path(files.root) / "skills" / "mined-moves" / mining.DATA_FILE).is_file()
+
+
+def test_unset_mining_counts_are_a_floor_a_category_and_a_total_and_a_set_one_holds():
+    """A benchmark of one category (any Gymnasium environment) mines as much a round as twx's six games."""
+    from evolver_experience.miner import DEMOS, EXPLORE, spread
+    assert [spread(None, *EXPLORE, c) for c in (1, 4, 6, 30)] == [360, 90, 60, 60]
+    assert [spread(None, *DEMOS, c) for c in (1, 6, 30)] == [216, 36, 36]
+    assert spread(5, *DEMOS, 1) == 5 and spread(0, *EXPLORE, 1) == 0
+
+
+def test_a_one_category_benchmark_explores_the_total_and_the_miner_counts_its_candidates():
+    bench = DoorBench(demos=False)  # one category of doors
+    run, _ = fake_run(bench, [])
+    miner = SkillMinerProposer(run, train="none", explore_sweeps=1)
+    assert len({e.task.id for e in miner.exploration(0, [])}) == 360  # 60 a category would be 60
+    assert len(SkillMinerProposer(run, train="none", explore_per_category=7, explore_sweeps=1).exploration(0, [])) == 7
+    assert miner.drafts == 1 and SkillMinerProposer(run, train="auto").drafts == 3

@@ -28,6 +28,8 @@ class InternaliseConfig(DistillConfig):
 
 
 class InternaliseProposer(Proposer):
+    drafts = 1  # one distilled policy a call
+
     def __init__(self, run, **options):
         self.run = run
         self.options = dict(options)

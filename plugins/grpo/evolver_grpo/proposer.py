@@ -26,6 +26,7 @@ from evolver_grpo.config import load
 
 class GRPOProposer(Proposer):
     needs_failures = False  # learns from its own sampled groups
+    drafts = 1  # one trained policy a call
 
     def __init__(self, run, **options):
         self.run = run

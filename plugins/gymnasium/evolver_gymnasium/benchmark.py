@@ -48,6 +48,8 @@ class GymEnv(Env):
     def _text(self, obs) -> str:
         if isinstance(obs, str):
             return obs
+        if not self.bench.ansi:  # rendering without a mode only warns: the observation is written out
+            return repr(obs)
         try:
             shown = self.env.render()
         except Exception:  # noqa: BLE001 - an environment without an ANSI rendering: write the observation

@@ -41,6 +41,8 @@ def seed_from_gold(run, program, options, distiller=None):
 
 
 class SkillRLProposer(Proposer):
+    drafts = 1  # one update of the skill bank a call
+
     def __init__(self, run, **options):
         self.run = run
         self.options = load_options(dict(options))

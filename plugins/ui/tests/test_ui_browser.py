@@ -11,6 +11,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -57,12 +58,19 @@ def browser():
     for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                 "--window-size=1280,1600"):
         options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(executable_path=DRIVER), options=options)
-    driver.set_page_load_timeout(60)
+    # Chromium leaves its singleton folder in the temp folder after quitting: a folder of the test's own
+    # holds it (a short path: the folder holds a socket, whose path may not pass 107 characters).
+    scratch = tempfile.mkdtemp(prefix="evolver-chromium-")
+    service = Service(executable_path=DRIVER, env={**os.environ, "TMPDIR": scratch})
     try:
-        yield driver
+        driver = webdriver.Chrome(service=service, options=options)
+        driver.set_page_load_timeout(60)
+        try:
+            yield driver
+        finally:
+            driver.quit()
     finally:
-        driver.quit()
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 @pytest.fixture
