@@ -7,7 +7,10 @@ random valid action not yet tried in that state) against the random player, on t
 The skill is mined (evolver_experience.mining) from ``--demos`` demonstrations per category of
 training tasks and ``--random-rollouts`` random-play episodes per category of other training tasks
 (rewards only; ``--sweeps`` passes over them, each after the first guided by the notes mined so far). Prints per-category mean score for the random player and the note follower, over the
-``--seeds`` of the random choices (the random player's, and the follower's when no note names a move).
+``--seeds`` of the random choices (the random player's, and the follower's when no note names a move:
+each its own stream, so a change to the notes leaves the random player's games as they were), and the
+follower's paired gain over the random player with its 95% interval (evolver.gate.paired_bootstrap,
+each task's seeds averaged).
 """
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ import time
 from pathlib import Path
 
 from evolver import Episode, Step, plugins
+from evolver.gate import paired_bootstrap
 from evolver_experience import mining
 from evolver_experience.notes import observe
 
@@ -65,12 +69,12 @@ def main() -> int:
         key, _, value = item.partition("=")
         opts[key] = json.loads(value)
     bench = plugins.make("benchmark", args.benchmark, **opts)
-    rng = random.Random(0)
+    rng, rng_follow = random.Random(0), random.Random(0)
     limit = getattr(bench, "max_steps", 20) or 20
 
-    def rand(_t, obs, tried):
+    def rand(_t, obs, tried, pick=rng):
         fresh = [a for a in obs.actions if (obs.text, a) not in tried] or obs.actions
-        return rng.choice(fresh)
+        return pick.choice(fresh)
 
     t0 = time.time()
     train = bench.tasks("train", per_category=args.demos + args.random_rollouts)
@@ -100,21 +104,27 @@ def main() -> int:
                 move = line[6:].rstrip(".")
                 if move in obs.actions and (obs.text, move) not in tried:
                     return move
-        return rand(transcript, obs, tried)
+        return rand(transcript, obs, tried, rng_follow)
 
     dev = bench.tasks("dev", per_category=args.dev)
     rows: dict = {}
+    per_task: dict = {}
     for seed in [int(s) for s in args.seeds.split(",")]:
         rng.seed(seed)
+        rng_follow.seed(seed)
         for t in dev:
             r = play(bench, t, rand, t.max_steps or limit).score
             f = play(bench, t, follow, t.max_steps or limit).score
             rows.setdefault(t.category, []).append((r, f))
+            per_task.setdefault(t.id, []).append((r, f))
     print(f"{'category':14} {'random':>8} {'mined notes':>12}")
     for cat, pairs in rows.items():
         print(f"{cat:14} {sum(p[0] for p in pairs) / len(pairs):8.3f} {sum(p[1] for p in pairs) / len(pairs):12.3f}")
     allp = [p for ps in rows.values() for p in ps]
     print(f"{'mean':14} {sum(p[0] for p in allp) / len(allp):8.3f} {sum(p[1] for p in allp) / len(allp):12.3f}")
+    diff, low, high = paired_bootstrap([[f for _, f in v] for v in per_task.values()],
+                                       [[r for r, _ in v] for v in per_task.values()])
+    print(f"notes - random: {diff:+.3f} [{low:+.3f}, {high:+.3f}] on {len(per_task)} tasks (paired, 95%)")
     print(f"note: {calls[0]} calls, {1000 * calls[1] / max(1, calls[0]):.1f} ms each in-process")
     bench.close()
     return 0

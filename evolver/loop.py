@@ -267,7 +267,10 @@ def iterate(run: Run, it: int, proposers: dict, data: dict) -> list[str]:
     successes = sorted((full.get(e.id, e) for e in episodes if e.id not in failed_ids),
                        key=lambda e: -e.score)[:2]
 
-    drafts = _propose(run, it, proposers, parent, failures, successes)
+    quiet: dict[str, str] = {}
+    drafts = _propose(run, it, proposers, parent, failures, successes, quiet)
+    if quiet:
+        summary["quiet"] = quiet
     candidates = _check(run, it, parent, drafts, data, shown=[e.task for e in failures])
     if it == 0 and run.estimate and "revised" not in run.estimate:
         _revise(run, data, list(full.values()), candidates)
@@ -294,7 +297,10 @@ def _next_id(run: Run) -> str:
     return f"p{n:04d}"
 
 
-def _propose(run: Run, it: int, proposers: dict, parent: Program, failures, successes) -> list[Draft]:
+def _propose(run: Run, it: int, proposers: dict, parent: Program, failures, successes,
+             quiet: dict | None = None) -> list[Draft]:
+    """Every proposer's drafts for this iteration; ``quiet`` gets, for each one that built none, the last
+    thing it said (its reason) or that it said nothing."""
     cfg = run.config.loop
     history = run.store.proposals(run.id)
     drafts: list[Draft] = []
@@ -318,15 +324,20 @@ def _propose(run: Run, it: int, proposers: dict, parent: Program, failures, succ
         ctx = ProposeContext(run=run, iteration=it, parent=parent, failures=failures, successes=successes,
                              history=history, frontier=run.frontier, n=share[name], new_draft=new_draft)
         run.status = f"iteration {it}: {name} proposing"
-        try:
-            proposer.propose(ctx)
-        except (RepoDamagedError, StoreIOError, BudgetExceeded):  # systemic: the run stops (and resumes)
-            raise
-        except Exception as exc:
-            run.log(f"proposer {name} failed: {exc!r}")
-            for d in drafts:
-                if d.proposal.proposer == name and not d.rejected:
-                    d.reject(f"proposer raised {exc!r}: {traceback.format_exc()[-600:]}")
+        before = len(drafts)
+        with run.heard() as said:
+            try:
+                proposer.propose(ctx)
+            except (RepoDamagedError, StoreIOError, BudgetExceeded):  # systemic: the run stops (and resumes)
+                raise
+            except Exception as exc:
+                run.log(f"proposer {name} failed: {exc!r}")
+                for d in drafts:
+                    if d.proposal.proposer == name and not d.rejected:
+                        d.reject(f"proposer raised {exc!r}: {traceback.format_exc()[-600:]}")
+        if quiet is not None and len(drafts) == before:
+            why = " ".join(said[-1].split()) if said else "it returned no draft and said nothing"
+            quiet[name] = why.removeprefix(f"{name}: ")[:400]
     return drafts
 
 

@@ -18,7 +18,8 @@ failures.
 
 A proposer that builds fewer drafts a call than its share (one skill mined, one model trained) says so
 with a ``drafts`` attribute: the run's estimate (:mod:`evolver.estimate`) counts an iteration's
-candidates by it. Without it the estimate counts the share.
+candidates by it. Without it the estimate counts the share. One that builds nothing says why with
+``run.log``: the loop keeps the last thing it said in the iteration's summary, and the report shows it.
 
 Error policy: a proposer that raises loses only its own candidates for this iteration (the error is
 logged as a rejected proposal); a draft it cannot finish it returns with ``draft.reject(reason)``.

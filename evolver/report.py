@@ -127,6 +127,19 @@ def plan_lines(summary: dict) -> list[str]:
             "already held is not stored again)."] + estimate_lines(summary)
 
 
+def quiet_lines(iterations: list[dict]) -> list[str]:
+    """Each iteration's proposers that built nothing, with what each said last (its reason), and the
+    iterations skipped whole: a run with no candidates says why."""
+    out = []
+    for row in iterations:
+        s = row.get("summary") or {}
+        if s.get("note") and not s.get("candidates") and not s.get("quiet"):
+            out.append(f"- iteration {row['iteration']}: {s['note']}")
+        out += [f"- iteration {row['iteration']}: {name} built nothing: {why}"
+                for name, why in (s.get("quiet") or {}).items()]
+    return ["", "Proposers that built nothing, in their words:", ""] + out if out else []
+
+
 def estimate_lines(summary: dict) -> list[str]:
     """What the run estimated it would spend before its search, beside what every role spent."""
     est, spend = summary.get("estimate"), summary.get("spend") or {}
@@ -213,6 +226,7 @@ def render(run, summary: dict) -> str:
         lines.append(f"| {r['candidate_id']} | {r['proposer']} | {r['operator']} | {r['parent_id']} | {r['status']} | "
                      f"{'' if score is None else f'{score:.3f}'}{f' ({part} tasks)' if part else ''} | {paired} | "
                      f"{reason} |")
+    lines += quiet_lines(run.store.iterations(run.id))
     most: dict[str, int] = {}
     for ev in run.store.evaluations(run.id, split="dev"):
         most[ev["program_id"]] = max(most.get(ev["program_id"], 0), ev["n"])
@@ -409,6 +423,7 @@ def partial_report(store, row: dict) -> str:
                          f"{'' if score is None else f'{score:.3f}'} | {reason} |")
     else:
         lines += ["None yet."]
+    lines += quiet_lines(its)
     summary = row.get("summary") or {}
     if summary.get("tokens"):  # a run stopped at its budget keeps what each role spent
         lines += ["", "## Tokens", ""] + [f"- {role}: {n}{spend_note((summary.get('spend') or {}).get(role))}"

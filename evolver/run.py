@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import time
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from evolver import plugins
 from evolver.backends.base import Backend
@@ -67,6 +68,7 @@ class Run:
         self.plan: dict | None = None  # what the loop said it would play at most (evolver.playing.planned)
         self.estimate: dict | None = None  # what it said it would most likely spend (evolver.estimate)
         self.forecasts: list[dict] = []  # the same, said again after each iteration (evolver.estimate.forecast)
+        self._heard: list[list[str]] = []  # the lists :meth:`heard` is filling
         lc = config.loop
         self.frontier: Frontier = Frontier.from_config(lc.objectives, lc.frontier_capacity, lc.gate, lc.gate_level)
         self.models = Models(config, self.workspace, self.tokens)
@@ -191,8 +193,20 @@ class Run:
                                metrics={k: v for k, v in row.items() if k != "step"})
 
     def log(self, message: str) -> None:
+        for said in self._heard:
+            said.append(message)
         if self.console is not None:
             self.console.log(message)
+
+    @contextmanager
+    def heard(self) -> Iterator[list[str]]:
+        """What :meth:`log` says inside the block, in order (why a proposer built nothing, in its words)."""
+        said: list[str] = []
+        self._heard.append(said)
+        try:
+            yield said
+        finally:
+            self._heard.remove(said)
 
     def record(self) -> None:
         """Create or refresh this run's row in the store."""

@@ -712,3 +712,62 @@ def test_the_run_says_before_it_starts_the_most_it_will_play_and_stays_within_it
         assert f"It stored {played} episodes" in report
     finally:
         store.close()
+
+
+QUIET_PROPOSERS = '''
+from evolver import hookimpl
+
+
+class Sayer:
+    needs_failures = False
+
+    def __init__(self, run, **options):
+        self.run = run
+
+    def propose(self, ctx):
+        self.run.log("sayer: nothing to learn from:\\n  every rollout was alike")
+        return []
+
+
+class Mute(Sayer):
+    def propose(self, ctx):
+        return []
+
+
+@hookimpl
+def register_proposers(register):
+    register("sayer", Sayer)
+    register("mute", Mute)
+'''
+
+
+def test_a_proposer_that_builds_nothing_is_named_in_the_report_with_its_reason(tmp_path):
+    import toybench
+    plugin = tmp_path / "quiet.py"
+    plugin.write_text(QUIET_PROPOSERS)
+    plugins.load_local(plugin)
+    plugins.load_local(TOY)
+    cfg = make_config(tmp_path, toybench.make_rule(), iterations=1, candidates_per_iteration=2)
+    cfg.proposers = ["sayer", "mute"]
+    store = Store(Path(cfg.store) / "evolver.duckdb")
+    run = Run(cfg, store, ProgramRepo(Path(cfg.store)))
+    try:
+        summary = run_loop(run)
+        (it,) = store.iterations(run.id)
+        assert it["summary"]["quiet"] == {"sayer": "nothing to learn from: every rollout was alike",
+                                          "mute": "it returned no draft and said nothing"}
+        text = Path(summary["report"]).read_text()
+        assert "- iteration 0: sayer built nothing: nothing to learn from: every rollout was alike" in text
+        assert "- iteration 0: mute built nothing: it returned no draft and said nothing" in text
+        assert run._heard == []  # nothing listens once the proposers are done
+    finally:
+        run.close()
+        store.close()
+
+
+def test_an_iteration_skipped_whole_is_named_with_its_note():
+    from evolver.report import quiet_lines
+    its = [{"iteration": 0, "summary": {"candidates": ["p0001"], "note": "no failures: only miner proposed"}},
+           {"iteration": 1, "summary": {"candidates": [], "note": "no failures: skipped"}}]
+    assert quiet_lines(its)[-1:] == ["- iteration 1: no failures: skipped"]  # iteration 0 built a candidate
+    assert quiet_lines(its[:1]) == []

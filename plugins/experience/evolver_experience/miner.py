@@ -146,9 +146,12 @@ class SkillMinerProposer:
         new = mining.mine(stored + demos + explored, run.benchmark)
         cases = mining.merge(had, new)
         if not new and not had:
+            # Exploring picks valid actions at random: a task that lists none (a free-text reply) plays nothing.
+            blind = not demos and not explored and spread(cfg.explore_per_category, *EXPLORE, 1) > 0
             run.log(f"skill-miner: nothing to mine: none of the {len(stored)} training episodes in the store "
                     f"or the {len(explored)} explored ones changed its score or was won, and the benchmark "
-                    "offered no demonstrations")
+                    "offered no demonstrations" + ("; its tasks list no valid actions, so exploring at random "
+                                                    "played none" if blind else ""))
             return []
         sources = stored + demos + explored
         with tempfile.TemporaryDirectory(prefix="evolver-mined-") as tmp:

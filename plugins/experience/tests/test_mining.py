@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from doorbench import DoorBench
+from doorbench import DoorBench, DoorEnv
 from evolver import Episode, Step, Task
 from evolver_experience import miner, mining
 from evolver_experience.miner import SkillMinerProposer
@@ -463,3 +463,20 @@ def test_a_one_category_benchmark_explores_the_total_and_the_miner_counts_its_ca
     assert len({e.task.id for e in miner.exploration(0, [])}) == 360  # 60 a category would be 60
     assert len(SkillMinerProposer(run, train="none", explore_per_category=7, explore_sweeps=1).exploration(0, [])) == 7
     assert miner.drafts == 1 and SkillMinerProposer(run, train="auto").drafts == 3
+
+
+def test_a_benchmark_whose_tasks_list_no_actions_is_told_why_exploring_found_nothing(tmp_path):
+    from evolver.types import Observation
+
+    class Free(DoorEnv):  # a free-text reply: no valid actions to pick at random
+        def _obs(self, text, score, done=False):
+            return Observation(text, actions=None, score=score, done=done)
+
+    class FreeBench(DoorBench):
+        def env(self, task):
+            return Free(task)
+    run, logged = fake_run(FreeBench(demos=False), [])
+    ctx = SimpleNamespace(iteration=0, parent=SimpleNamespace(id="seed", root=str(tmp_path), manifest={}),
+                          frontier=None, new_draft=lambda *a, **k: None)
+    assert SkillMinerProposer(run, train="none", explore_sweeps=1).propose(ctx) == []
+    assert any("list no valid actions, so exploring at random played none" in line for line in logged), logged

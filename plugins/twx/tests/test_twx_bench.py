@@ -200,3 +200,16 @@ def test_twx_declares_its_options_and_a_misspelt_one_fails_before_any_work(tmp_p
     assert "benchmark 'twx': unknown option 'max_stepz' (benchmark_options.max_stepz); did you mean 'max_steps'?" \
         in r.output
     assert not (tmp_path / "store").exists()  # refused before the workspace was touched
+
+
+def test_the_default_profile_leaves_split_sizes_to_the_benchmarks_categories():
+    """Its sizes are totals: 1 / 4 / 6 tasks a game on twx's six games, and 6 / 24 / 36 on a benchmark of
+    one category picked with ``--set benchmark=...`` (4 dev tasks there would admit nothing)."""
+    from evolver.config import load_config, sized
+    cfg = load_config(None, profile="default")
+    assert cfg.benchmark == "twx"
+    twx = sized(cfg.loop, 6)
+    assert (twx.train_per_category, twx.dev_per_category, twx.test_per_category) == (1, 4, 6)
+    other = load_config(None, ["benchmark=reverse"], profile="default").loop
+    one = sized(other, 1)
+    assert (one.train_per_category, one.dev_per_category, one.test_per_category) == (6, 24, 36)
