@@ -24,6 +24,7 @@ from __future__ import annotations
 import re
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Literal
 
@@ -68,6 +69,9 @@ class SkillMinerOptions(ImitationOptions):
     probability ``1 - explore_epsilon``, else a random one), so it reaches rewards that random play
     reaches only by luck."""
     explore_epsilon: float = Field(0.3, ge=0.0, le=1.0)
+    explore_wall_s: float = Field(300.0, gt=0)
+    """Seconds a round's exploration may take: no task starts after them (a slow simulator explores
+    fewer tasks, not for hours). twx's 1,080 episodes take ~35 s on 2 cores."""
     expert: dict[str, Any] = Field(default_factory=dict)
     """Options of the expert iteration (``[plugins.expert-iteration]``'s keys, SFT keys included)."""
     max_rounds: int = 3
@@ -118,8 +122,13 @@ class SkillMinerProposer:
             return []
         self.run.status = f"skill-miner explores {n} training tasks per category, {cfg.explore_sweeps} sweeps"
         tasks = planned_tasks(self.run, {c: [rounds * n, n] for c in self.run.benchmark.categories})
-        return mining.explored_sweeps(self.run.benchmark, tasks, cfg.explore_sweeps, seed=rounds, guide=guide,
-                                      epsilon=cfg.explore_epsilon)
+        began = time.monotonic()
+        eps = mining.explored_sweeps(self.run.benchmark, tasks, cfg.explore_sweeps, seed=rounds, guide=guide,
+                                     epsilon=cfg.explore_epsilon, deadline=began + cfg.explore_wall_s)
+        if time.monotonic() - began >= cfg.explore_wall_s:
+            self.run.log(f"skill-miner: exploring stopped at its {cfg.explore_wall_s:.0f} s (explore_wall_s): "
+                         f"{len(eps)} episodes of the {len(tasks) * cfg.explore_sweeps} planned")
+        return eps
 
     def propose(self, ctx) -> list:
         run, cfg, parent = self.run, self.cfg, ctx.parent

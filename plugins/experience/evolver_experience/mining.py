@@ -19,6 +19,7 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
+import time
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
@@ -194,12 +195,13 @@ def demonstrated(benchmark, tasks: list[Task]) -> list[Episode]:
 
 
 def explored(benchmark, tasks: list[Task], seed: int = 0, guide: list[Case] | None = None,
-             epsilon: float = 0.3) -> list[Episode]:
+             epsilon: float = 0.3, deadline: float | None = None) -> list[Episode]:
     """Training ``tasks`` played with rewards alone, no model, no demonstration, up to each task's step
     limit: each move a valid action at random (one not yet taken in the same observation while there
     is one) or, with ``guide`` (cases mined so far) and probability ``1 - epsilon``, the move their note
     names, so that later sweeps reach the rewards that only follow earlier ones. Where the environment
-    lists no valid actions there is nothing to pick: no episode."""
+    lists no valid actions there is nothing to pick: no episode. ``deadline`` (a ``time.monotonic()``
+    value): no task starts after it."""
     import random
 
     from evolver_experience.notes import observe
@@ -217,20 +219,25 @@ def explored(benchmark, tasks: list[Task], seed: int = 0, guide: list[Case] | No
                     return line[6:].rstrip(".")
         return rng.choice(fresh)
     limit = getattr(benchmark, "max_steps", None) or 20
-    eps = [_played(benchmark, t, "random" if data is None else "guided", pick, t.max_steps or limit)
-           for t in tasks if t.split == "train"]
+    eps = []
+    for t in tasks:
+        if deadline is not None and time.monotonic() >= deadline:
+            break
+        if t.split == "train":
+            eps.append(_played(benchmark, t, "random" if data is None else "guided", pick, t.max_steps or limit))
     return [e for e in eps if e.steps]
 
 
 def explored_sweeps(benchmark, tasks: list[Task], sweeps: int, seed: int = 0, guide: list[Case] | None = None,
-                    epsilon: float = 0.3) -> list[Episode]:
+                    epsilon: float = 0.3, deadline: float | None = None) -> list[Episode]:
     """``sweeps`` passes of :func:`explored` over ``tasks``, each guided by the cases of ``guide`` and of
     the sweeps before it (the first, without ``guide``, at random): what random play finds once, the
-    next sweep repeats and goes past."""
+    next sweep repeats and goes past. ``deadline``: as :func:`explored`'s, for all the sweeps."""
     out: list[Episode] = []
     cases = list(guide or [])
     for k in range(max(1, sweeps)):
-        got = explored(benchmark, tasks, seed=seed * 1000 + k, guide=cases or None, epsilon=epsilon)
+        got = explored(benchmark, tasks, seed=seed * 1000 + k, guide=cases or None, epsilon=epsilon,
+                       deadline=deadline)
         out += got
         cases = merge(cases, mine(got, benchmark)) if k + 1 < sweeps else cases
     return out

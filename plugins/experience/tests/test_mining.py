@@ -480,3 +480,18 @@ def test_a_benchmark_whose_tasks_list_no_actions_is_told_why_exploring_found_not
                           frontier=None, new_draft=lambda *a, **k: None)
     assert SkillMinerProposer(run, train="none", explore_sweeps=1).propose(ctx) == []
     assert any("list no valid actions, so exploring at random played none" in line for line in logged), logged
+
+
+def test_exploring_starts_no_task_past_its_deadline_and_the_miner_says_where_it_stopped():
+    import time
+    bench = DoorBench(demos=False)
+    tasks = bench.tasks("train", 40)
+    assert mining.explored(bench, tasks, seed=0, deadline=time.monotonic()) == []
+    later = time.monotonic() + 600
+    assert len(mining.explored_sweeps(bench, tasks, 2, seed=0, deadline=later)) == \
+        len(mining.explored_sweeps(bench, tasks, 2, seed=0))
+    run, logged = fake_run(bench, [])
+    got = SkillMinerProposer(run, train="none", explore_wall_s=1e-6).exploration(0, [])
+    assert len(got) <= 1  # the first task may start before the clock is read again
+    assert any("exploring stopped at its 0 s (explore_wall_s)" in line and "of the 1080 planned" in line
+               for line in logged), logged
