@@ -298,7 +298,7 @@ def _next_id(run: Run) -> str:
 
 
 def _propose(run: Run, it: int, proposers: dict, parent: Program, failures, successes,
-             quiet: dict | None = None) -> list[Draft]:
+             quiet: dict) -> list[Draft]:
     """Every proposer's drafts for this iteration; ``quiet`` gets, for each one that built none, the last
     thing it said (its reason) or that it said nothing."""
     cfg = run.config.loop
@@ -335,7 +335,7 @@ def _propose(run: Run, it: int, proposers: dict, parent: Program, failures, succ
                 for d in drafts:
                     if d.proposal.proposer == name and not d.rejected:
                         d.reject(f"proposer raised {exc!r}: {traceback.format_exc()[-600:]}")
-        if quiet is not None and len(drafts) == before:
+        if len(drafts) == before:
             why = " ".join(said[-1].split()) if said else "it returned no draft and said nothing"
             quiet[name] = why.removeprefix(f"{name}: ")[:400]
     return drafts

@@ -157,10 +157,13 @@ class SkillMinerProposer:
         if not new and not had:
             # Exploring picks valid actions at random: a task that lists none (a free-text reply) plays nothing.
             blind = not demos and not explored and spread(cfg.explore_per_category, *EXPLORE, 1) > 0
+            offered = ("the run uses none of the benchmark's demonstrations (demonstrations = false)"
+                       if getattr(getattr(run, "config", None), "demonstrations", True) is False else
+                       "the benchmark offered no demonstrations (a training task's gold as a list of actions, "
+                       "or its `demonstration` method)")
             run.log(f"skill-miner: nothing to mine: none of the {len(stored)} training episodes in the store "
-                    f"or the {len(explored)} explored ones changed its score or was won, and the benchmark "
-                    "offered no demonstrations" + ("; its tasks list no valid actions, so exploring at random "
-                                                    "played none" if blind else ""))
+                    f"or the {len(explored)} explored ones changed its score or was won, and {offered}"
+                    + ("; its tasks list no valid actions, so exploring at random played none" if blind else ""))
             return []
         sources = stored + demos + explored
         with tempfile.TemporaryDirectory(prefix="evolver-mined-") as tmp:

@@ -495,3 +495,13 @@ def test_exploring_starts_no_task_past_its_deadline_and_the_miner_says_where_it_
     assert len(got) <= 1  # the first task may start before the clock is read again
     assert any("exploring stopped at its 0 s (explore_wall_s)" in line and "of the 1080 planned" in line
                for line in logged), logged
+
+
+def test_a_run_without_demonstrations_is_told_so_when_there_is_nothing_to_mine(tmp_path):
+    run, logged = fake_run(DoorBench(demos=False), [])
+    run.config = SimpleNamespace(demonstrations=False)
+    ctx = SimpleNamespace(iteration=0, parent=SimpleNamespace(id="seed", root=str(tmp_path), manifest={}),
+                          frontier=None, new_draft=lambda *a, **k: None)
+    assert SkillMinerProposer(run, train="none", explore_per_category=0).propose(ctx) == []
+    assert any("the run uses none of the benchmark's demonstrations (demonstrations = false)" in line
+               for line in logged), logged
