@@ -140,8 +140,12 @@ def _estimate(run: Run, seed: Program, data: dict, proposers: dict) -> dict:
     cached = k * (len(data["dev"]) + len(data["test"])) - _unplayed(run, seed, data["dev"] + data["test"])
     ratio = history_ratio(run.store, run.id, data["dev"][0].benchmark if data["dev"] else "", model)
     return estimate(cfg, data, k, Rate.of(full, seconds), cached, run.elapsed(), ratio, SMOKE_STEPS,
-                    max(1, getattr(run.benchmark, "max_steps", 1) or 1), sum(not e.cached for e in pilot),
+                    _step_limit(run), sum(not e.cached for e in pilot),
                     run.models.price("executor"), built(cfg, proposers)) | {"pilot_s": round(took, 3)}
+
+
+def _step_limit(run: Run) -> int:
+    return max(1, getattr(run.benchmark, "max_steps", 1) or 1)
 
 
 def _revise(run: Run, data: dict, pilot: list, candidates: list[Candidate]) -> None:
@@ -152,7 +156,7 @@ def _revise(run: Run, data: dict, pilot: list, candidates: list[Candidate]) -> N
         return
     run.estimate = run.estimate | {"revised": revise(
         run.config.loop, data, episodes_per_task(run), run.estimate, ratio, len(candidates), SMOKE_STEPS,
-        max(1, getattr(run.benchmark, "max_steps", 1) or 1), run.models.price("executor"))}
+        _step_limit(run), run.models.price("executor"))}
     kept = (run.store.get_run(run.id) or {}).get("summary") or {}
     run.store.update_run(run.id, summary=kept | {"estimate": run.estimate})
     run.log(revised_line(run.estimate))

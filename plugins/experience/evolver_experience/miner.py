@@ -156,7 +156,7 @@ class SkillMinerProposer:
         cases = mining.merge(had, new)
         if not new and not had:
             # Exploring picks valid actions at random: a task that lists none (a free-text reply) plays nothing.
-            blind = not demos and not explored and spread(cfg.explore_per_category, *EXPLORE, 1) > 0
+            blind = not demos and not explored and cfg.explore_per_category != 0
             offered = ("the run uses none of the benchmark's demonstrations (demonstrations = false)"
                        if getattr(getattr(run, "config", None), "demonstrations", True) is False else
                        "the benchmark offered no demonstrations (a training task's gold as a list of actions, "
