@@ -7,7 +7,10 @@ price every episode the loop will play:
   - the seed's dev and test episodes, and the first iteration's rollouts, at the seed's rate, less
     what the evaluation cache already holds (a repeat run in the same store plays none of them again);
   - every candidate's smoke episode and dev episodes, the later rollouts and the best's test
-    episodes, at the seed's rate times ``ratio``: what candidates cost per episode against their
+    episodes, at the seed's rate times ``ratio``: what its proposers say their candidates will cost
+    per episode against the seed (a proposer's ``price``: the skill miner plays its first notes on
+    training tasks it did not mine, with no model, and counts the moves they leave to the model),
+    each weighted by the candidates it builds; for the others, what candidates cost against their
     parent in this store's earlier runs of the same benchmark and executor model, or 1 (a candidate
     costs what its parent does) where there are none;
   - as many iterations as the wall-time budget leaves room for at the pilot's seconds per episode (a
@@ -59,15 +62,27 @@ def history_ratio(store, run_id: str, benchmark: str, model: str) -> float | Non
     return by[False] / by[True]
 
 
+def mixed(priced: dict[str, float | None], built: dict[str, int], base: float | None) -> float | None:
+    """Candidates' cost against the seed: each proposer's ``priced`` ratio (``base`` where it gave none,
+    1 where that is None too) weighted by the candidates it builds (``built``); ``base`` when no
+    proposer priced its own."""
+    if not any(priced.get(name) is not None for name in built) or not sum(built.values()):
+        return base
+    fallback = 1.0 if base is None else base
+    return sum(n * (fallback if priced.get(name) is None else priced[name]) for name, n in built.items()) / sum(
+        built.values())
+
+
 def estimate(cfg, data: dict, k: int, rate: Rate, cached: int, elapsed: float, ratio: float | None,
              smoke_steps: int, max_steps: int, pilot_played: int | None = None, price=None,
-             candidates: int | None = None) -> dict:
+             candidates: int | None = None, priced: dict | None = None) -> dict:
     """The expected spend of a run (module doc): ``cfg`` its loop config, ``data`` its splits, ``k``
     episodes per dev or test task, ``rate`` the pilot's, ``cached`` how many of the seed's dev and test
     episodes the cache already holds, ``elapsed`` the seconds spent before the search, ``ratio`` the
     candidates' cost against their parent (None: 1), ``pilot_played`` how many of the pilot's rollouts
     were played (not found in the cache; None: all), ``price`` the executor's (None: free), ``candidates``
-    how many an iteration builds (None: ``cfg.candidates_per_iteration``)."""
+    how many an iteration builds (None: ``cfg.candidates_per_iteration``), ``priced`` the proposers
+    that priced their own candidates, by name (what ``ratio`` was mixed from, for the line)."""
     r = 1.0 if ratio is None else ratio
     n = cfg.candidates_per_iteration if candidates is None else candidates
     dev, test = len(data["dev"]) * k, len(data["test"]) * k
@@ -92,7 +107,7 @@ def estimate(cfg, data: dict, k: int, rate: Rate, cached: int, elapsed: float, r
             "seed_tokens": round(seed_part * rate.tokens),
             "episodes": {"seed": seed_part, "search": round(search, 1)}, "iterations": iterations,
             "ratio": ratio, "rate": asdict(rate), "cached": cached, "candidates": n,
-            "elapsed": round(elapsed, 3), "pilot_played": pilot_played}
+            "elapsed": round(elapsed, 3), "pilot_played": pilot_played, "priced": dict(priced or {})}
 
 
 def smoke_ratio(smokes: list, pilot: list, smoke_steps: int) -> float | None:
@@ -138,7 +153,9 @@ def revised_line(est: dict) -> str:
 
 def estimate_line(est: dict) -> str:
     """What :func:`estimate` says, as the run prints it before its search starts."""
+    by = ", ".join(f"{name} {r:.2f}x" for name, r in (est.get("priced") or {}).items())
     why = ("candidates at the seed's rate: no earlier run here to say otherwise" if est["ratio"] is None
+           else f"candidates at {est['ratio']:.2f}x the seed's rate, as their proposers priced them ({by})" if by
            else f"candidates at {est['ratio']:.2f}x the seed's rate, as in this store's earlier runs")
     cached = f", {est['cached']} of the seed's episodes cached" if est["cached"] else ""
     cost = f", ~{est['cost']:.4g} in cost" if est.get("cost") else ""

@@ -26,8 +26,8 @@ from evolver.budget import BudgetExceeded
 from evolver.checks import audit_harness_code, audit_leakage, check_harness_import, check_skill_files
 from evolver.config import check_config, sized
 from evolver.errors import RepoDamagedError, StoreIOError
-from evolver.estimate import (Rate, estimate, estimate_line, forecast, forecast_line, history_ratio, over_caps,
-                               revise, revised_line, smoke_ratio)
+from evolver.estimate import (Rate, estimate, estimate_line, forecast, forecast_line, history_ratio, mixed,
+                               over_caps, revise, revised_line, smoke_ratio)
 from evolver.evaluate import run_episodes, sample_stratified
 from evolver.final import finish
 from evolver.frontier import Frontier
@@ -119,8 +119,12 @@ def _shares(cfg, names: list[str]) -> dict[str, int]:
 def built(cfg, proposers: dict) -> int:
     """How many candidates an iteration builds: each proposer's share, or fewer where it says one call
     builds fewer (its ``drafts``)."""
+    return sum(_built_by(cfg, proposers).values())
+
+
+def _built_by(cfg, proposers: dict) -> dict[str, int]:
     share = _shares(cfg, list(proposers)) if proposers else {}
-    return sum(min(n, getattr(proposers[name], "drafts", None) or n) for name, n in share.items())
+    return {name: min(n, getattr(proposers[name], "drafts", None) or n) for name, n in share.items()}
 
 
 def _estimate(run: Run, seed: Program, data: dict, proposers: dict) -> dict:
@@ -139,9 +143,28 @@ def _estimate(run: Run, seed: Program, data: dict, proposers: dict) -> dict:
     k = episodes_per_task(run)
     cached = k * (len(data["dev"]) + len(data["test"])) - _unplayed(run, seed, data["dev"] + data["test"])
     ratio = history_ratio(run.store, run.id, data["dev"][0].benchmark if data["dev"] else "", model)
-    return estimate(cfg, data, k, Rate.of(full, seconds), cached, run.elapsed(), ratio, SMOKE_STEPS,
-                    _step_limit(run), sum(not e.cached for e in pilot),
-                    run.models.price("executor"), built(cfg, proposers)) | {"pilot_s": round(took, 3)}
+    priced = _prices(run, seed, full, proposers)
+    return estimate(cfg, data, k, Rate.of(full, seconds), cached, run.elapsed(),
+                    mixed(priced, _built_by(cfg, proposers), ratio), SMOKE_STEPS, _step_limit(run),
+                    sum(not e.cached for e in pilot), run.models.price("executor"), built(cfg, proposers),
+                    priced={n: round(r, 4) for n, r in priced.items() if r is not None}) | {"pilot_s": round(took, 3)}
+
+
+def _prices(run: Run, seed: Program, pilot: list, proposers: dict) -> dict[str, float | None]:
+    """What each proposer with a ``price`` method says its candidates will cost an episode against the
+    seed, from the ``pilot`` (with steps); one that fails says nothing (its error is logged)."""
+    out: dict[str, float | None] = {}
+    for name, proposer in proposers.items():
+        if callable(getattr(proposer, "price", None)):
+            run.status = f"estimating: {name} prices its candidates"
+            try:
+                value = proposer.price(seed, pilot)
+                out[name] = None if value is None else max(0.0, float(value))
+            except Exception as exc:  # a proposer's estimate never stops a run
+                run.log(f"{name} could not price its candidates ({type(exc).__name__}: {exc}); "
+                        "the estimate prices them at the seed's rate")
+                out[name] = None
+    return out
 
 
 def _step_limit(run: Run) -> int:

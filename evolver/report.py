@@ -151,13 +151,22 @@ def estimate_lines(summary: dict) -> list[str]:
     lines = ["", f"Before its search it estimated ~{est['tokens']:,} tokens{off(est['tokens'], tokens)} and "
              f"~{est['calls']:,} model calls{off(est['calls'], calls)} in {est['iterations']} iterations; every "
              f"role together spent {tokens:,} tokens in {calls:,} calls, in {summary.get('iterations', 0)} "
-             "iterations."]
+             f"iterations.{_priced(est)}"]
     if r := est.get("revised"):
         lines.append(f"Once its first candidates had played their smoke episodes it said ~{r['tokens']:,} tokens"
                      f"{off(r['tokens'], tokens)} ({r['candidates']} candidate{'s' if r['candidates'] != 1 else ''} "
                      f"an iteration at {r['ratio']:.2f}x the seed's rate).")
     return lines + [f"After iteration {f['after']} it forecast ~{f['tokens']:,} tokens{off(f['tokens'], tokens)} "
                     f"({f['iterations_left']} more iterations)." for f in summary.get("forecasts") or []]
+
+
+def _priced(est: dict) -> str:
+    """How the first estimate priced candidates, when anything did."""
+    by = ", ".join(f"{name} {r:.2f}x" for name, r in (est.get("priced") or {}).items())
+    if est.get("ratio") is None:
+        return ""
+    return (f" It priced candidates at {est['ratio']:.2f}x the seed's rate: "
+            + (f"as their proposers said ({by})." if by else "as in the store's earlier runs."))
 
 
 def _row(name: str, m: dict) -> str:

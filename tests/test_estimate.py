@@ -161,3 +161,35 @@ def test_the_revised_estimate_prices_the_search_by_the_smoke_and_counts_the_firs
     assert half["tokens"] == 66_000 + round(0.5 * (2 * 24.1 + 36) * 1000) < est["tokens"]
     line = revised_line(est | {"revised": half})
     assert line.startswith("estimate revised: ~108,100 tokens") and "2 candidates an iteration at 0.50x" in line
+
+
+def test_proposers_that_price_their_candidates_set_the_ratio_weighted_by_what_each_builds():
+    from evolver.estimate import mixed
+    from evolver.loop import _prices
+    assert mixed({"miner": 0.1}, {"miner": 1}, None) == 0.1
+    # the miner builds 1 at 0.1x, evoskill 2 unpriced: at the store's 0.5x, else at the seed's rate
+    assert mixed({"miner": 0.1, "evoskill": None}, {"miner": 1, "evoskill": 2}, 0.5) == (0.1 + 2 * 0.5) / 3
+    assert mixed({"miner": 0.1}, {"miner": 1, "evoskill": 2}, None) == (0.1 + 2) / 3
+    assert mixed({}, {"evoskill": 3}, 0.7) == 0.7 and mixed({"miner": None}, {"miner": 1}, None) is None
+    assert mixed({"miner": 0.2}, {"miner": 0}, 0.7) == 0.7  # a proposer that builds nothing weighs nothing
+
+    class Cheap:
+        def price(self, seed, pilot):
+            return 0.05 * len(pilot)
+
+    class Broken:
+        def price(self, seed, pilot):
+            raise RuntimeError("no notes")
+    logged = []
+    run = type("Run", (), {"log": staticmethod(logged.append), "status": ""})()
+    got = _prices(run, None, [1, 2], {"miner": Cheap(), "evoskill": type("E", (), {})(), "other": Broken()})
+    assert got == {"miner": 0.1, "other": None}  # evoskill has no price method: not asked
+    assert any("other could not price its candidates (RuntimeError: no notes)" in line for line in logged)
+    cfg = loop(iterations=1, candidates_per_iteration=1, max_wall_s=10_000)
+    est = estimate(cfg, splits(), 1, RATE, cached=0, elapsed=60, ratio=0.1, smoke_steps=5, max_steps=50,
+                   priced={"miner": 0.1})
+    assert est["tokens"] == 66_000 + round(0.1 * (24.1 + 36) * 1000)
+    assert "0.10x the seed's rate, as their proposers priced them (miner 0.10x)" in estimate_line(est)
+    from evolver.report import estimate_lines
+    lines = estimate_lines({"estimate": est, "spend": {"executor": {"tokens": 70_000, "calls": 1}}})
+    assert "It priced candidates at 0.10x the seed's rate: as their proposers said (miner 0.10x)." in lines[1]

@@ -85,6 +85,7 @@ class SkillMinerOptions(ImitationOptions):
 
 DEMOS = (36, 216)  # demonstrations a round, unset: per category and at least in all
 EXPLORE = (60, 360)  # explored tasks a round, the same
+TRIAL = (6, 36)  # training tasks a category, and at least in all, that price() plays the first notes on
 
 
 def spread(per_category: int | None, floor: int, total: int, categories: int) -> int:
@@ -103,6 +104,7 @@ class SkillMinerProposer:
         # One candidate a call: the skill alone; trained, up to three (the trained one and its twins).
         self.drafts = 1 if self.cfg.train == "none" else 3
         self.expert = ExpertIterationProposer(run, **self.cfg.expert)  # fails at start-up on a bad option
+        self._unguided: dict[int, tuple[list, list]] = {}  # slices mined by price(), for the round that builds
 
     def demonstrations(self, rounds: int) -> list:
         """Demonstrated episodes of mining slice ``rounds`` (task ``rounds * n`` onwards per category)."""
@@ -130,6 +132,55 @@ class SkillMinerProposer:
                          f"{len(eps)} episodes of the {len(tasks) * cfg.explore_sweeps} planned")
         return eps
 
+    def material(self, fresh: int, had: list) -> tuple[list, list]:
+        """(demonstrations, explored episodes) of mining slice ``fresh``; explored only without
+        demonstrations (rewards alone: what pays where, no model), guided by ``had``. A slice mined for
+        :meth:`price` from no earlier cases is kept, so the round that builds from it plays it once."""
+        if not had and fresh in self._unguided:
+            return self._unguided.pop(fresh)
+        demos = self.demonstrations(fresh)
+        return demos, ([] if demos else self.exploration(fresh, had))
+
+    def price(self, seed: Program, pilot: list) -> float | None:
+        """What the first candidate will cost an episode against ``seed`` (tokens), measured before the
+        search: the notes of mining slice 0 and the ``pilot`` (the seed's first rollouts, with steps)
+        followed through the next training tasks with no model (:func:`mining.trial`); each move the
+        notes leave open is priced at the seed's tokens a model call, a task that lists no valid actions
+        at the seed's tokens an episode. None where the candidate would not follow notes (it is
+        trained, or the harness has no ``FOLLOW_NOTES``) or where there is nothing to price by."""
+        cfg, run = self.cfg, self.run
+        if cfg.train != "none" or not cfg.follow_notes or _following(Path(seed.root)) is None:
+            return None
+        calls = [s for e in pilot for s in e.steps if (s.prompt_tokens or 0) + (s.completion_tokens or 0) > 0]
+        per_episode = sum((e.prompt_tokens or 0) + (e.completion_tokens or 0) for e in pilot) / max(1, len(pilot))
+        if not calls or per_episode <= 0:
+            return None
+        per_call = sum(s.prompt_tokens + s.completion_tokens for s in calls) / len(calls)
+        had = mining.read_cases(Path(seed.root) / "skills" / cfg.skill)
+        demos, explored = ([], []) if had else self.material(0, [])
+        if not had:
+            self._unguided[0] = (demos, explored)
+        cases = mining.merge(had, mining.mine([e for e in pilot if not e.error and e.task.split == "train"]
+                                              + demos + explored, run.benchmark))
+        if not cases:
+            return None
+        # Tasks past slice 0 (demonstrated or explored): none was mined, as no dev task is.
+        categories = run.benchmark.categories
+        first = max(spread(cfg.demos_per_category, *DEMOS, len(categories)),
+                    spread(cfg.explore_per_category, *EXPLORE, len(categories)))
+        tasks = planned_tasks(run, {c: [first, spread(None, *TRIAL, len(categories))] for c in categories})
+        played = mining.trial(run.benchmark, tasks, cases)
+        if not played:
+            return None
+        tokens = [per_episode if p is None else p[0] * per_call for p in played]
+        ratio = sum(tokens) / len(tokens) / per_episode
+        moves = [p for p in played if p is not None]
+        run.log(f"skill-miner: its first notes ({len(cases)} cases) left {sum(a for a, _ in moves)} of "
+                f"{sum(m for _, m in moves)} moves to the model on {len(played)} training tasks it had not "
+                f"mined{f' ({len(played) - len(moves)} list no valid actions)' if len(moves) < len(played) else ''}: "
+                f"its candidate priced at {ratio:.2f}x the seed's tokens an episode")
+        return ratio
+
     def propose(self, ctx) -> list:
         run, cfg, parent = self.run, self.cfg, ctx.parent
         if ctx.iteration % max(1, cfg.every):
@@ -149,9 +200,8 @@ class SkillMinerProposer:
         # Each round of the run mines a fresh slice of training tasks: a parent expanded again (its
         # first child was not admitted) gets other demonstrations, not the same candidate twice.
         fresh = len({p["iteration"] for p in getattr(ctx, "history", None) or [] if p.get("operator") == OPERATOR})
-        demos = self.demonstrations(fresh)
         had = mining.read_cases(Path(parent.root) / "skills" / cfg.skill)
-        explored = [] if demos else self.exploration(fresh, had)  # rewards alone: what pays where, no model
+        demos, explored = self.material(fresh, had)
         new = mining.mine(stored + demos + explored, run.benchmark)
         cases = mining.merge(had, new)
         if not new and not had:

@@ -264,3 +264,33 @@ def _played(benchmark, task: Task, model: str, choose, limit: int) -> Episode:
                                  observation=obs.text, reward=obs.score))
         ep.score, ep.won = obs.score, bool((obs.info or {}).get("won", obs.score >= 1.0))
     return ep
+
+
+def trial(benchmark, tasks: list[Task], cases: list[Case], seed: int = 0) -> list[tuple[int, int] | None]:
+    """How a harness that follows ``cases``' notes would play training ``tasks`` (no model: where the
+    notes name no valid move, one at random stands in for the model's): per task, (the moves the model
+    would have been asked for, the moves), or None for a task whose environment lists no valid actions
+    (a free-text reply: the model is asked every move, as the parent's would be). A choice of one, or
+    a move the notes name, asks no model."""
+    import random
+
+    from evolver_experience.notes import observe
+
+    rng = random.Random(seed)
+    data = observe.loaded(encode(cases)) if cases else None
+    out: list[tuple[int, int] | None] = []
+    for task in tasks:
+        asked = [0]
+
+        def pick(obs, tried, transcript):
+            fresh = [a for a in obs.actions or [] if (obs.text, a) not in tried] or list(obs.actions or [])
+            if len(fresh) > 1 and data is not None:
+                for line in observe.note(transcript, fresh, data).splitlines():
+                    if line.startswith("Next: ") and line[6:].rstrip(".") in fresh:
+                        return line[6:].rstrip(".")
+            if len(fresh) > 1:
+                asked[0] += 1
+            return rng.choice(fresh) if fresh else None
+        ep = _played(benchmark, task, "trial", pick, task.max_steps or getattr(benchmark, "max_steps", None) or 20)
+        out.append((asked[0], len(ep.steps)) if ep.steps else None)
+    return out
