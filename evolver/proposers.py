@@ -18,7 +18,10 @@ failures.
 
 A proposer that builds fewer drafts a call than its share (one skill mined, one model trained) says so
 with a ``drafts`` attribute: the run's estimate (:mod:`evolver.estimate`) counts an iteration's
-candidates by it. Without it the estimate counts the share. One that builds nothing says why with
+candidates by it. Without it the estimate counts the share. One that can say before the search what
+its candidates will cost an episode against the seed has ``price(seed, pilot) -> float | None`` (the
+pilot: the seed's first rollouts, with steps); the estimate prices its candidates by it, else at the
+seed's rate. One that builds nothing says why with
 ``run.log``: the loop keeps the last thing it said in the iteration's summary, and the report shows it.
 
 Error policy: a proposer that raises loses only its own candidates for this iteration (the error is

@@ -25,6 +25,7 @@ import re
 import shutil
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any, Literal
 
@@ -85,7 +86,7 @@ class SkillMinerOptions(ImitationOptions):
 
 DEMOS = (36, 216)  # demonstrations a round, unset: per category and at least in all
 EXPLORE = (60, 360)  # explored tasks a round, the same
-TRIAL = (6, 36)  # training tasks a category, and at least in all, that price() plays the first notes on
+TRIAL = (12, 72)  # training tasks a category, and at least in all, that price() plays the first notes on
 
 
 def spread(per_category: int | None, floor: int, total: int, categories: int) -> int:
@@ -144,7 +145,8 @@ class SkillMinerProposer:
     def price(self, seed: Program, pilot: list) -> float | None:
         """What the first candidate will cost an episode against ``seed`` (tokens), measured before the
         search: the notes of mining slice 0 and the ``pilot`` (the seed's first rollouts, with steps)
-        followed through the next training tasks with no model (:func:`mining.trial`); each move the
+        followed through the next training tasks with no model (:func:`mining.trial`; where they are
+        silent, the seed's moves in the pilot, by how often it chose each, stand in); each move the
         notes leave open is priced at the seed's tokens a model call, a task that lists no valid actions
         at the seed's tokens an episode. None where the candidate would not follow notes (it is
         trained, or the harness has no ``FOLLOW_NOTES``) or where there is nothing to price by."""
@@ -169,7 +171,8 @@ class SkillMinerProposer:
         first = max(spread(cfg.demos_per_category, *DEMOS, len(categories)),
                     spread(cfg.explore_per_category, *EXPLORE, len(categories)))
         tasks = planned_tasks(run, {c: [first, spread(None, *TRIAL, len(categories))] for c in categories})
-        played = mining.trial(run.benchmark, tasks, cases)
+        # Where the notes are silent the parent's policy decides: the trial's stand-in plays its habits.
+        played = mining.trial(run.benchmark, tasks, cases, habits=Counter(s.action for s in calls if s.action))
         if not played:
             return None
         tokens = [per_episode if p is None else p[0] * per_call for p in played]

@@ -266,12 +266,14 @@ def _played(benchmark, task: Task, model: str, choose, limit: int) -> Episode:
     return ep
 
 
-def trial(benchmark, tasks: list[Task], cases: list[Case], seed: int = 0) -> list[tuple[int, int] | None]:
+def trial(benchmark, tasks: list[Task], cases: list[Case], seed: int = 0,
+          habits: dict[str, int] | None = None) -> list[tuple[int, int] | None]:
     """How a harness that follows ``cases``' notes would play training ``tasks`` (no model: where the
-    notes name no valid move, one at random stands in for the model's): per task, (the moves the model
-    would have been asked for, the moves), or None for a task whose environment lists no valid actions
-    (a free-text reply: the model is asked every move, as the parent's would be). A choice of one, or
-    a move the notes name, asks no model."""
+    notes name no valid move, a valid one drawn by ``habits`` stands in for the model's, each weighted
+    by 1 + how often the model chose it before, so a policy that always says "hit" keeps saying it):
+    per task, (the moves the model would have been asked for, the moves), or None for a task whose
+    environment lists no valid actions (a free-text reply: the model is asked every move, as the
+    parent's would be). A choice of one, or a move the notes name, asks no model."""
     import random
 
     from evolver_experience.notes import observe
@@ -290,7 +292,7 @@ def trial(benchmark, tasks: list[Task], cases: list[Case], seed: int = 0) -> lis
                         return line[6:].rstrip(".")
             if len(fresh) > 1:
                 asked[0] += 1
-            return rng.choice(fresh) if fresh else None
+            return rng.choices(fresh, [1 + (habits or {}).get(a, 0) for a in fresh])[0] if fresh else None
         ep = _played(benchmark, task, "trial", pick, task.max_steps or getattr(benchmark, "max_steps", None) or 20)
         out.append((asked[0], len(ep.steps)) if ep.steps else None)
     return out

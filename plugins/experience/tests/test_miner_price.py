@@ -41,7 +41,7 @@ def test_notes_mined_from_demonstrations_leave_few_moves_to_the_model_and_the_ro
     ratio = proposer.price(seed, pilot(bench))
     # each training door game offers 4 moves; the notes of 24 games name the door for the colours they saw
     assert ratio is not None and 0.0 <= ratio < 0.5, logged
-    assert any("moves to the model on 36 training tasks it had not mined" in line for line in logged), logged
+    assert any("moves to the model on 72 training tasks it had not mined" in line for line in logged), logged
 
     def new_draft(operator, hypothesis="", detail=None):
         path = tmp_path / "draft"
@@ -93,3 +93,14 @@ def test_a_trained_candidate_nothing_to_mine_or_a_pilot_without_model_calls_gets
         e.tally()
     assert SkillMinerProposer(run, train="none", explore_per_category=0).price(seed, flat) is None
     assert SkillMinerProposer(run, train="none").price(seed, pilot(bench, tokens_a_move=0)) is None
+
+
+def test_where_the_notes_are_silent_the_stand_in_plays_the_seeds_habits():
+    """A seed that always looked around keeps looking around in the trial (until it has looked in that
+    very state, as the harness's loop guard has it), where one that picked at random opens a door soon."""
+    bench = DoorBench()
+    tasks = bench.tasks("train", 12)
+    habit = mining.trial(bench, tasks, [], habits={"look around": 10_000})
+    random_play = mining.trial(bench, tasks, [])
+    assert all(moves >= 3 for _, moves in habit)  # looked around twice, then a door
+    assert sum(m for _, m in random_play) < sum(m for _, m in habit)
