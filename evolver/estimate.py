@@ -19,7 +19,8 @@ What proposers spend themselves (a trainer's rollouts, a proposer's own model ca
 
 Once the first iteration's candidates have played their smoke episodes, and before any of them plays a
 dev episode, the run says it again (:func:`revise`): candidates priced by those smoke episodes against
-the seed's own first moves (:func:`smoke_ratio`), as many an iteration as the first one built.
+the seed's own first moves (:func:`smoke_ratio`), except those whose proposer priced them before the
+search (:func:`revised_ratio`), as many an iteration as the first one built.
 """
 from __future__ import annotations
 
@@ -125,6 +126,16 @@ def smoke_ratio(smokes: list, pilot: list, smoke_steps: int) -> float | None:
     return sum((e.prompt_tokens or 0) + (e.completion_tokens or 0) for e in smokes) / len(smokes) / seed
 
 
+def revised_ratio(proposers: list[str], priced: dict[str, float], smoke: float | None) -> float | None:
+    """Candidates' cost once the first ones (built by ``proposers``, one name each) have played their
+    smoke episodes: a candidate whose proposer priced it before the search (``priced``: its trial
+    played dozens of tasks) keeps that price; the others are priced by the ``smoke`` ratio, one short
+    episode each. None where some need the smoke ratio and there is none."""
+    if not proposers or (smoke is None and any(p not in priced for p in proposers)):
+        return None
+    return sum(priced[p] if p in priced else smoke for p in proposers) / len(proposers)
+
+
 def revise(cfg, data: dict, k: int, est: dict, ratio: float, candidates: int, smoke_steps: int,
            max_steps: int, price=None) -> dict:
     """:func:`estimate` again from what ``est`` was priced by, its candidates now at ``ratio`` of the
@@ -145,10 +156,14 @@ def over_caps(est: dict, caps) -> list[str]:
 def revised_line(est: dict) -> str:
     """What :func:`revise` says, as the run prints it before its candidates' dev episodes."""
     r = est["revised"]
+    kept = r.get("kept") or []
+    how = ("the first ones' smoke episodes against the seed's first moves" if not kept else
+           f"{', '.join(kept)}'s own price before the search" + ("" if r.get("all_kept") else
+                                                                  ", the others' smoke episodes"))
     return (f"estimate revised: ~{r['tokens']:,} tokens and ~{r['calls']:,} model calls in {r['iterations']} "
             f"iteration{'s' if r['iterations'] != 1 else ''} ({r['candidates']} candidate"
             f"{'s' if r['candidates'] != 1 else ''} an iteration at {r['ratio']:.2f}x the seed's rate, priced by "
-            "the first ones' smoke episodes against the seed's first moves)")
+            f"{how})")
 
 
 def estimate_line(est: dict) -> str:

@@ -27,7 +27,7 @@ from evolver.checks import audit_harness_code, audit_leakage, check_harness_impo
 from evolver.config import check_config, sized
 from evolver.errors import RepoDamagedError, StoreIOError
 from evolver.estimate import (Rate, estimate, estimate_line, forecast, forecast_line, history_ratio, mixed,
-                               over_caps, revise, revised_line, smoke_ratio)
+                               over_caps, revise, revised_line, revised_ratio, smoke_ratio)
 from evolver.evaluate import run_episodes, sample_stratified
 from evolver.final import finish
 from evolver.frontier import Frontier
@@ -147,7 +147,7 @@ def _estimate(run: Run, seed: Program, data: dict, proposers: dict) -> dict:
     return estimate(cfg, data, k, Rate.of(full, seconds), cached, run.elapsed(),
                     mixed(priced, _built_by(cfg, proposers), ratio), SMOKE_STEPS, _step_limit(run),
                     sum(not e.cached for e in pilot), run.models.price("executor"), built(cfg, proposers),
-                    priced={n: round(r, 4) for n, r in priced.items() if r is not None}) | {"pilot_s": round(took, 3)}
+                    priced={n: r for n, r in priced.items() if r is not None}) | {"pilot_s": round(took, 3)}
 
 
 def _prices(run: Run, seed: Program, pilot: list, proposers: dict) -> dict[str, float | None]:
@@ -174,12 +174,17 @@ def _step_limit(run: Run) -> int:
 def _revise(run: Run, data: dict, pilot: list, candidates: list[Candidate]) -> None:
     """Say the estimate again once the first candidates have played their smoke episodes, before any
     dev episode of theirs (:func:`evolver.estimate.revise`), and keep it in the run's summary."""
-    ratio = smoke_ratio([c.smoke for c in candidates], pilot, SMOKE_STEPS)  # type: ignore[attr-defined]
+    priced = run.estimate.get("priced") or {}
+    others = [c for c in candidates if c.proposal.proposer not in priced]
+    smoke = smoke_ratio([c.smoke for c in others], pilot, SMOKE_STEPS)  # type: ignore[attr-defined]
+    names = [c.proposal.proposer for c in candidates]
+    ratio = revised_ratio(names, priced, smoke)
     if ratio is None:
         return
+    kept = sorted({n for n in names if n in priced})
     run.estimate = run.estimate | {"revised": revise(
         run.config.loop, data, episodes_per_task(run), run.estimate, ratio, len(candidates), SMOKE_STEPS,
-        _step_limit(run), run.models.price("executor"))}
+        _step_limit(run), run.models.price("executor")) | {"kept": kept, "all_kept": not others}}
     kept = (run.store.get_run(run.id) or {}).get("summary") or {}
     run.store.update_run(run.id, summary=kept | {"estimate": run.estimate})
     run.log(revised_line(run.estimate))

@@ -193,3 +193,19 @@ def test_proposers_that_price_their_candidates_set_the_ratio_weighted_by_what_ea
     from evolver.report import estimate_lines
     lines = estimate_lines({"estimate": est, "spend": {"executor": {"tokens": 70_000, "calls": 1}}})
     assert "It priced candidates at 0.10x the seed's rate: as their proposers said (miner 0.10x)." in lines[1]
+
+
+def test_the_revision_keeps_a_proposers_own_price_and_prices_the_others_by_their_smoke():
+    from evolver.estimate import revise, revised_line, revised_ratio
+    assert revised_ratio(["miner"], {"miner": 0.1}, None) == 0.1  # one smoke episode says less than the trial
+    assert revised_ratio(["miner", "evoskill", "evoskill"], {"miner": 0.1}, 1.6) == (0.1 + 3.2) / 3
+    assert revised_ratio(["evoskill"], {"miner": 0.1}, None) is None and revised_ratio([], {}, 1.0) is None
+    cfg = loop(iterations=1, candidates_per_iteration=3, max_wall_s=10_000)
+    est = estimate(cfg, splits(), 1, RATE, cached=0, elapsed=60, ratio=0.1, smoke_steps=5, max_steps=50,
+                   candidates=1, priced={"miner": 0.1})
+    again = revise(cfg, splits(), 1, est, 0.1, 1, 5, 50) | {"kept": ["miner"], "all_kept": True}
+    assert again["tokens"] == est["tokens"]
+    assert "at 0.10x the seed's rate, priced by miner's own price before the search)" in revised_line(
+        est | {"revised": again})
+    mixed_line = revised_line(est | {"revised": again | {"all_kept": False}})
+    assert mixed_line.endswith("priced by miner's own price before the search, the others' smoke episodes)")

@@ -104,3 +104,36 @@ def test_where_the_notes_are_silent_the_stand_in_plays_the_seeds_habits():
     random_play = mining.trial(bench, tasks, [])
     assert all(moves >= 3 for _, moves in habit)  # looked around twice, then a door
     assert sum(m for _, m in random_play) < sum(m for _, m in habit)
+
+
+def test_a_run_prices_the_miners_candidate_before_its_search_and_keeps_that_price_after_the_smoke(
+        tmp_path, tiny_dir, monkeypatch):
+    from pathlib import Path
+
+    from click.testing import CliRunner
+
+    from evolver import plugins
+    from evolver.cli import cli
+    from evolver.run import LOOP_RUN_ID
+    from evolver.store import Store
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("EVOLVER_PLUGINS", "transformers,experience")
+    plugins.reset()
+    roles = ("executor", "proposer", "builder", "judge")
+    args = ["--plugin", str(Path(__file__).with_name("doorbench.py")), "--store", str(tmp_path / "store"),
+            "--set=benchmark=doors", "--set=benchmark_options={}",
+            *[f"--set=roles.{r}.backend=transformers" for r in roles],
+            *[f"--set=roles.{r}.model={tiny_dir}" for r in roles],
+            "run", "--iterations", "1", "--proposer", "skill-miner", "--set=loop.dev_per_category=3",
+            "--set=loop.test_per_category=2", "--set=loop.train_per_category=2", "--set=loop.failure_threshold=1.01",
+            "--set=plugins.skill-miner={demos_per_category = 8}"]
+    r = CliRunner().invoke(cli, args, catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    with Store(tmp_path / "store" / "evolver.duckdb") as store:
+        run_id = store.latest_run(pattern=LOOP_RUN_ID)["run_id"]
+        est = store.get_run(run_id)["summary"]["estimate"]
+    report = (tmp_path / "store" / "reports" / f"{run_id}.md").read_text()
+    assert "It priced candidates at" in report and "as their proposers said (skill-miner" in report
+    assert set(est["priced"]) == {"skill-miner"} and est["ratio"] == est["priced"]["skill-miner"] < 1
+    assert est["revised"]["ratio"] == est["ratio"] and est["revised"]["kept"] == ["skill-miner"]
