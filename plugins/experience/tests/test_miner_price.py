@@ -8,7 +8,7 @@ from evolver import Episode, Step
 from evolver.harness import SEED_DIR
 from evolver_experience import mining
 from evolver_experience.miner import SkillMinerProposer
-from test_mining import fake_run, played
+from test_mining import door_run, fake_run, played
 
 
 def pilot(bench, tokens_a_move=100):
@@ -108,24 +108,13 @@ def test_where_the_notes_are_silent_the_stand_in_plays_the_seeds_habits():
 
 def test_a_run_prices_the_miners_candidate_before_its_search_and_keeps_that_price_after_the_smoke(
         tmp_path, tiny_dir, monkeypatch):
-    from pathlib import Path
-
     from click.testing import CliRunner
 
-    from evolver import plugins
     from evolver.cli import cli
     from evolver.run import LOOP_RUN_ID
     from evolver.store import Store
 
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("EVOLVER_PLUGINS", "transformers,experience")
-    plugins.reset()
-    roles = ("executor", "proposer", "builder", "judge")
-    args = ["--plugin", str(Path(__file__).with_name("doorbench.py")), "--store", str(tmp_path / "store"),
-            "--set=benchmark=doors", "--set=benchmark_options={}",
-            *[f"--set=roles.{r}.backend=transformers" for r in roles],
-            *[f"--set=roles.{r}.model={tiny_dir}" for r in roles],
-            "run", "--iterations", "1", "--proposer", "skill-miner", "--set=loop.dev_per_category=3",
+    args = [*door_run(tmp_path, tiny_dir, monkeypatch, "transformers,experience"), "run", "--iterations", "1", "--proposer", "skill-miner", "--set=loop.dev_per_category=3",
             "--set=loop.test_per_category=2", "--set=loop.train_per_category=2", "--set=loop.failure_threshold=1.01",
             "--set=plugins.skill-miner={demos_per_category = 8}"]
     r = CliRunner().invoke(cli, args, catch_exceptions=False)

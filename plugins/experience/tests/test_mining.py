@@ -293,6 +293,20 @@ class FakeStore:
         return list(self._episodes)
 
 
+def door_run(tmp_path, tiny_dir, monkeypatch, plugin_names: str) -> list[str]:
+    """The CLI's arguments before ``run`` for a real run on the door benchmark with the tiny model in
+    every role (in ``tmp_path``, with only ``plugin_names`` loaded)."""
+    from evolver import plugins
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("EVOLVER_PLUGINS", plugin_names)
+    plugins.reset()
+    roles = ("executor", "proposer", "builder", "judge")
+    return ["--plugin", str(Path(__file__).with_name("doorbench.py")), "--store", str(tmp_path / "store"),
+            "--set=benchmark=doors", "--set=benchmark_options={}",
+            *[f"--set=roles.{r}.backend=transformers" for r in roles],
+            *[f"--set=roles.{r}.model={tiny_dir}" for r in roles]]
+
+
 def fake_run(bench, episodes):
     logged = []
     run = SimpleNamespace(id="r", benchmark=bench, store=FakeStore(episodes), log=logged.append, status="",
@@ -401,19 +415,11 @@ def test_the_proposer_writes_a_growing_skill_whose_notes_reach_the_policy_and_tr
     (run sandboxed, with the valid actions)."""
     from click.testing import CliRunner
 
-    from evolver import plugins
     from evolver.cli import cli
     from evolver.run import LOOP_RUN_ID
     from evolver.store import Store
 
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("EVOLVER_PLUGINS", "transformers,grpo,skillrl,experience")
-    plugins.reset()
-    roles = ("executor", "proposer", "builder", "judge")
-    args = ["--plugin", str(Path(__file__).with_name("doorbench.py")), "--store", str(tmp_path / "store"),
-            "--set=benchmark=doors", "--set=benchmark_options={}",
-            *[f"--set=roles.{r}.backend=transformers" for r in roles],
-            *[f"--set=roles.{r}.model={tiny_dir}" for r in roles],
+    args = [*door_run(tmp_path, tiny_dir, monkeypatch, "transformers,grpo,skillrl,experience"),
             "--set=roles.executor.options={dtype = \"fp32\"}",
             "run", "--iterations", "1", "--proposer", "skill-miner", "--set=loop.candidates_per_iteration=1",
             "--set=loop.dev_per_category=3", "--set=loop.test_per_category=2", "--set=loop.staged=false",
