@@ -73,6 +73,9 @@ class SkillMinerOptions(ImitationOptions):
     explore_wall_s: float = Field(300.0, gt=0)
     """Seconds a round's exploration may take: no task starts after them (a slow simulator explores
     fewer tasks, not for hours). twx's 1,080 episodes take ~35 s on 2 cores."""
+    price_wall_s: float = Field(60.0, gt=0)
+    """Seconds the trial that prices the first candidate before the search may take (:meth:`price`): no
+    task starts after them. On twx the whole price, mining included, takes ~6 s on 2 cores."""
     expert: dict[str, Any] = Field(default_factory=dict)
     """Options of the expert iteration (``[plugins.expert-iteration]``'s keys, SFT keys included)."""
     max_rounds: int = 3
@@ -172,7 +175,8 @@ class SkillMinerProposer:
                     spread(cfg.explore_per_category, *EXPLORE, len(categories)))
         tasks = planned_tasks(run, {c: [first, spread(None, *TRIAL, len(categories))] for c in categories})
         # Where the notes are silent the parent's policy decides: the trial's stand-in plays its habits.
-        played = mining.trial(run.benchmark, tasks, cases, habits=Counter(s.action for s in calls if s.action))
+        played = mining.trial(run.benchmark, tasks, cases, habits=Counter(s.action for s in calls if s.action),
+                              deadline=time.monotonic() + cfg.price_wall_s)
         if not played:
             return None
         tokens = [per_episode if p is None else p[0] * per_call for p in played]

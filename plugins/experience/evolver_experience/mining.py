@@ -267,13 +267,14 @@ def _played(benchmark, task: Task, model: str, choose, limit: int) -> Episode:
 
 
 def trial(benchmark, tasks: list[Task], cases: list[Case], seed: int = 0,
-          habits: dict[str, int] | None = None) -> list[tuple[int, int] | None]:
+          habits: dict[str, int] | None = None, deadline: float | None = None) -> list[tuple[int, int] | None]:
     """How a harness that follows ``cases``' notes would play training ``tasks`` (no model: where the
     notes name no valid move, a valid one drawn by ``habits`` stands in for the model's, each weighted
     by 1 + how often the model chose it before, so a policy that always says "hit" keeps saying it):
     per task, (the moves the model would have been asked for, the moves), or None for a task whose
     environment lists no valid actions (a free-text reply: the model is asked every move, as the
-    parent's would be). A choice of one, or a move the notes name, asks no model."""
+    parent's would be). A choice of one, or a move the notes name, asks no model. ``deadline`` (a
+    ``time.monotonic()`` value): no task starts after it."""
     import random
 
     from evolver_experience.notes import observe
@@ -282,6 +283,8 @@ def trial(benchmark, tasks: list[Task], cases: list[Case], seed: int = 0,
     data = observe.loaded(encode(cases)) if cases else None
     out: list[tuple[int, int] | None] = []
     for task in tasks:
+        if deadline is not None and time.monotonic() >= deadline:
+            break
         asked = [0]
 
         def pick(obs, tried, transcript):

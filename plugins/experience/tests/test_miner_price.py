@@ -1,6 +1,7 @@
 """The skill miner prices its candidate before the search: its first notes followed through training
 tasks it did not mine, with no model, and the moves they leave to the model counted."""
 import shutil
+import time
 from types import SimpleNamespace
 
 from doorbench import DoorBench
@@ -78,6 +79,7 @@ def test_notes_that_never_name_a_move_price_the_candidate_at_the_seeds_rate_and_
             env.reset = reset
             return env
     assert mining.trial(Mute(), tasks, cases) == [None, None]
+    assert mining.trial(bench, tasks, cases, deadline=time.monotonic()) == []  # a slow simulator: no task past it
 
 
 def test_a_trained_candidate_nothing_to_mine_or_a_pilot_without_model_calls_gets_no_price(tmp_path):
