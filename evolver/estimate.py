@@ -166,9 +166,14 @@ def revised_line(est: dict) -> str:
             f"{how})")
 
 
+def priced_by(est: dict) -> str:
+    """The proposers that priced their own candidates in ``est``, each with its price ("" for none)."""
+    return ", ".join(f"{name} {r:.2f}x" for name, r in (est.get("priced") or {}).items())
+
+
 def estimate_line(est: dict) -> str:
     """What :func:`estimate` says, as the run prints it before its search starts."""
-    by = ", ".join(f"{name} {r:.2f}x" for name, r in (est.get("priced") or {}).items())
+    by = priced_by(est)
     why = ("candidates at the seed's rate: no earlier run here to say otherwise" if est["ratio"] is None
            else f"candidates at {est['ratio']:.2f}x the seed's rate, as their proposers priced them ({by})" if by
            else f"candidates at {est['ratio']:.2f}x the seed's rate, as in this store's earlier runs")

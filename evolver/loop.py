@@ -143,10 +143,10 @@ def _estimate(run: Run, seed: Program, data: dict, proposers: dict) -> dict:
     k = episodes_per_task(run)
     cached = k * (len(data["dev"]) + len(data["test"])) - _unplayed(run, seed, data["dev"] + data["test"])
     ratio = history_ratio(run.store, run.id, data["dev"][0].benchmark if data["dev"] else "", model)
-    priced = _prices(run, seed, full, proposers)
-    return estimate(cfg, data, k, Rate.of(full, seconds), cached, run.elapsed(),
-                    mixed(priced, _built_by(cfg, proposers), ratio), SMOKE_STEPS, _step_limit(run),
-                    sum(not e.cached for e in pilot), run.models.price("executor"), built(cfg, proposers),
+    priced, by = _prices(run, seed, full, proposers), _built_by(cfg, proposers)
+    return estimate(cfg, data, k, Rate.of(full, seconds), cached, run.elapsed(), mixed(priced, by, ratio),
+                    SMOKE_STEPS, _step_limit(run), sum(not e.cached for e in pilot),
+                    run.models.price("executor"), sum(by.values()),
                     priced={n: r for n, r in priced.items() if r is not None}) | {"pilot_s": round(took, 3)}
 
 
@@ -181,10 +181,10 @@ def _revise(run: Run, data: dict, pilot: list, candidates: list[Candidate]) -> N
     ratio = revised_ratio(names, priced, smoke)
     if ratio is None:
         return
-    kept = sorted({n for n in names if n in priced})
     run.estimate = run.estimate | {"revised": revise(
         run.config.loop, data, episodes_per_task(run), run.estimate, ratio, len(candidates), SMOKE_STEPS,
-        _step_limit(run), run.models.price("executor")) | {"kept": kept, "all_kept": not others}}
+        _step_limit(run), run.models.price("executor")) | {"kept": sorted({n for n in names if n in priced}),
+                                                           "all_kept": not others}}
     kept = (run.store.get_run(run.id) or {}).get("summary") or {}
     run.store.update_run(run.id, summary=kept | {"estimate": run.estimate})
     run.log(revised_line(run.estimate))

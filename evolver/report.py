@@ -12,6 +12,7 @@ from typing import Any
 
 from evolver import plugins
 from evolver.errors import EvolverError, PluginError
+from evolver.estimate import priced_by
 
 
 def text_table(cols: list[str], rows: list[list]) -> str:
@@ -162,7 +163,7 @@ def estimate_lines(summary: dict) -> list[str]:
 
 def _priced(est: dict) -> str:
     """How the first estimate priced candidates, when anything did."""
-    by = ", ".join(f"{name} {r:.2f}x" for name, r in (est.get("priced") or {}).items())
+    by = priced_by(est)
     if est.get("ratio") is None:
         return ""
     return (f" It priced candidates at {est['ratio']:.2f}x the seed's rate: "

@@ -210,22 +210,40 @@ def explored(benchmark, tasks: list[Task], seed: int = 0, guide: list[Case] | No
     data = observe.loaded(encode(guide)) if guide else None
 
     def pick(obs, tried, transcript):
-        fresh = [a for a in obs.actions or [] if (obs.text, a) not in tried] or list(obs.actions or [])
+        fresh = _untried(obs, tried)
         if not fresh:
             return None
         if data is not None and rng.random() >= epsilon:
-            for line in observe.note(transcript, fresh, data).splitlines():
-                if line.startswith("Next: ") and line[6:].rstrip(".") in fresh:
-                    return line[6:].rstrip(".")
+            named = _named(transcript, fresh, data)
+            if named is not None:
+                return named
         return rng.choice(fresh)
-    limit = getattr(benchmark, "max_steps", None) or 20
     eps = []
     for t in tasks:
         if deadline is not None and time.monotonic() >= deadline:
             break
         if t.split == "train":
-            eps.append(_played(benchmark, t, "random" if data is None else "guided", pick, t.max_steps or limit))
+            eps.append(_played(benchmark, t, "random" if data is None else "guided", pick, _limit(benchmark, t)))
     return [e for e in eps if e.steps]
+
+
+def _untried(obs, tried: set) -> list[str]:
+    """The valid actions not yet taken in this very observation, or all of them when every one was."""
+    return [a for a in obs.actions or [] if (obs.text, a) not in tried] or list(obs.actions or [])
+
+
+def _named(transcript: str, fresh: list[str], data) -> str | None:
+    """The move of ``fresh`` the notes of ``data`` name for ``transcript`` (``Next: ACTION.``), if any."""
+    from evolver_experience.notes import observe
+
+    for line in observe.note(transcript, fresh, data).splitlines():
+        if line.startswith("Next: ") and line[6:].rstrip(".") in fresh:
+            return line[6:].rstrip(".")
+    return None
+
+
+def _limit(benchmark, task: Task) -> int:
+    return task.max_steps or getattr(benchmark, "max_steps", None) or 20
 
 
 def explored_sweeps(benchmark, tasks: list[Task], sweeps: int, seed: int = 0, guide: list[Case] | None = None,
@@ -288,14 +306,13 @@ def trial(benchmark, tasks: list[Task], cases: list[Case], seed: int = 0,
         asked = [0]
 
         def pick(obs, tried, transcript):
-            fresh = [a for a in obs.actions or [] if (obs.text, a) not in tried] or list(obs.actions or [])
-            if len(fresh) > 1 and data is not None:
-                for line in observe.note(transcript, fresh, data).splitlines():
-                    if line.startswith("Next: ") and line[6:].rstrip(".") in fresh:
-                        return line[6:].rstrip(".")
+            fresh = _untried(obs, tried)
+            named = _named(transcript, fresh, data) if len(fresh) > 1 and data is not None else None
+            if named is not None:
+                return named
             if len(fresh) > 1:
                 asked[0] += 1
             return rng.choices(fresh, [1 + (habits or {}).get(a, 0) for a in fresh])[0] if fresh else None
-        ep = _played(benchmark, task, "trial", pick, task.max_steps or getattr(benchmark, "max_steps", None) or 20)
+        ep = _played(benchmark, task, "trial", pick, _limit(benchmark, task))
         out.append((asked[0], len(ep.steps)) if ep.steps else None)
     return out
