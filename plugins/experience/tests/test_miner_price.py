@@ -9,7 +9,7 @@ from evolver import Episode, Step
 from evolver.harness import SEED_DIR
 from evolver_experience import mining
 from evolver_experience.miner import SkillMinerProposer
-from test_mining import door_run, fake_run, played
+from doorruns import door_run, fake_run, played
 
 
 def pilot(bench, tokens_a_move=100):

@@ -9,24 +9,11 @@ from types import SimpleNamespace
 import pytest
 
 from doorbench import DoorBench, DoorEnv
+from doorruns import door_run, fake_run, played
 from evolver import Episode, Step, Task
 from evolver_experience import miner, mining
 from evolver_experience.miner import SkillMinerProposer
 from evolver_experience.notes import observe
-
-
-def played(bench, task, actions):
-    """An episode of ``actions`` played in ``task``'s environment (what a rollout stores)."""
-    env, ep = bench.env(task), Episode(task=task, program_id="p", program_hash="h", model="m", seed=0)
-    obs = env.reset()
-    for a in actions:
-        if obs.done:
-            break
-        obs = env.step(a)
-        ep.steps.append(Step(index=len(ep.steps), prompt="", output=a, action=a, observation=obs.text,
-                             reward=obs.score))
-    ep.score, ep.won = obs.score, bool(obs.info.get("won"))
-    return ep
 
 
 def transcript_and_actions(bench, task, actions):
@@ -283,35 +270,6 @@ def test_the_data_is_cut_to_fit_the_skill_caps_keeping_rewarded_steps_first():
     assert all(c.value == 1.0 for c in kept) or all(c.value == 1.0 for c in cases if c in kept[:1])
     assert sum(c.value == 1.0 for c in kept) >= sum(c.value == 0.5 for c in kept)
     del task
-
-
-class FakeStore:
-    def __init__(self, episodes):
-        self._episodes = episodes
-
-    def episodes(self, **_):
-        return list(self._episodes)
-
-
-def door_run(tmp_path, tiny_dir, monkeypatch, plugin_names: str) -> list[str]:
-    """The CLI's arguments before ``run`` for a real run on the door benchmark with the tiny model in
-    every role (in ``tmp_path``, with only ``plugin_names`` loaded)."""
-    from evolver import plugins
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("EVOLVER_PLUGINS", plugin_names)
-    plugins.reset()
-    roles = ("executor", "proposer", "builder", "judge")
-    return ["--plugin", str(Path(__file__).with_name("doorbench.py")), "--store", str(tmp_path / "store"),
-            "--set=benchmark=doors", "--set=benchmark_options={}",
-            *[f"--set=roles.{r}.backend=transformers" for r in roles],
-            *[f"--set=roles.{r}.model={tiny_dir}" for r in roles]]
-
-
-def fake_run(bench, episodes):
-    logged = []
-    run = SimpleNamespace(id="r", benchmark=bench, store=FakeStore(episodes), log=logged.append, status="",
-                          repo=SimpleNamespace(manifest=lambda pid: {"id": pid, "parent": ""}))
-    return run, logged
 
 
 def test_a_store_with_no_rewards_gives_nothing_to_mine_and_no_candidate(tmp_path):
