@@ -48,6 +48,8 @@ _API: dict[str, str] = {
     "store_json": "evolver.store_schema:dumps",
     # -- skills (the Agent Skills format) and their checks
     **dict.fromkeys(["Skill", "SkillCaps", "Skills"], "evolver.skills"),
+    # -- tools a task declares and the calls a model makes (``ToolCalls.check``, ``.schema``, ``.validate``)
+    "ToolCalls": "evolver.tool_calls",
     "SkillChecks": "evolver.checks",
     # -- text embeddings for retrieval and dedup (a dense model loads only when asked for)
     **dict.fromkeys(["load_embedder", "cosine"], "evolver.embeddings"),

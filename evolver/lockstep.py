@@ -253,7 +253,7 @@ def _act(lv: Live, answer, latency: float) -> None:
     if gen is not None and gen.completion_ids is not None:
         # "replayed": the reply was an earlier episode's (Job.replay), not the model's now
         step.sample = {"prompt_ids": gen.prompt_ids, "completion_ids": gen.completion_ids,
-                       "logprobs": gen.logprobs, "state": lv.obs.text, "text": gen.text,
+                       "logprobs": gen.logprobs, "state": lv.obs.text, "text": gen.text, "grammar": gen.grammar,
                        "replayed": len(ep.steps) < len(lv.replay)}
     ep.steps.append(step)
     try:

@@ -30,9 +30,10 @@ PACKAGES_PATH = VIEW_ROOT + "/packages"  # the allowed distributions' files
 #: The core's modules that code in the sandbox may import: the harness interface and what it needs. Not
 #: the benchmarks, the store, the repository, the loop or the plugin machinery: a name of ``evolver``'s
 #: public API that lives elsewhere raises ModuleNotFoundError there.
-HARNESS_API = ("__init__.py", "lazy.py", "errors.py", "types.py", "skills.py", "harness.py", "harness_sandbox.py")
+HARNESS_API = ("__init__.py", "lazy.py", "errors.py", "types.py", "skills.py", "harness.py", "harness_sandbox.py",
+               "tool_calls.py")
 #: The distributions those modules import.
-API_PACKAGES = ("pyyaml",)
+API_PACKAGES = ("pyyaml", "jsonschema")
 
 
 def _norm(name: str) -> str:

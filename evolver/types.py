@@ -77,10 +77,13 @@ class GenRequest:
     stop: list[str] | None = None
     seed: int | None = None
     logprobs: bool = False  # ask local backends for prompt/completion ids and per-token log-probs
-    #: Tools the model may call (OpenAI function schemas). A backend with native tool calling passes
-    #: them on and returns the calls in ``GenResult.tool_calls``; others ignore them (the harness also
-    #: describes the tools in the prompt and parses a call from the text).
+    #: Tools the model may call (OpenAI function schemas, checked by ``ToolCalls.check``). Every backend
+    #: answers with a call that parses, in ``GenResult.tool_calls``: the OpenAI backend passes them on
+    #: natively, the local engines decode under a grammar of the schemas (``evolver.tool_calls``).
     tools: list[dict] | None = None
+    #: With ``tools``: "auto" (None: a call or a final message), "required" (a call), "none" (free text),
+    #: or a tool's name (a call of that tool), as OpenAI's ``tool_choice``.
+    tool_choice: str | None = None
     #: Replies that are likely (a written choice's options): a local backend may check their tokens
     #: as drafts while decoding. The reply is the same with or without them; only its speed changes.
     drafts: list[str] | None = None
@@ -102,9 +105,12 @@ class GenResult:
     completion_ids: list[int] | None = None
     logprobs: list[float] | None = None
     error: str | None = None
-    #: Structured tool calls from a backend with native tool calling: ``[{"name", "arguments"}]``,
-    #: ``arguments`` a dict (or the raw string when it was not valid JSON).
+    #: The calls of a request with ``tools``: ``[{"name", "arguments"}]``, ``arguments`` a dict (or the raw
+    #: string a server sent when it was not valid JSON); None or empty for a final message.
     tool_calls: list[dict] | None = None
+    #: The grammar a local engine decoded this reply under (None: unconstrained). The mask is part of the
+    #: policy: ``logprobs`` are of the masked distribution, and a trainer recomputes them under it.
+    grammar: str | None = None
 
 
 @dataclass

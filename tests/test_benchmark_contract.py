@@ -1,5 +1,6 @@
 """The benchmark contract (evolver/benchmarks/base.py): what the seed harness shows for each preset, token
-budgets with visible cuts, tool calls, per-task step limits, the live-Env cap, and the docstring kept true."""
+budgets with visible cuts, tool calls (the preset a task with tools gets, its first call required, noted
+calls followed when they validate), per-task step limits, the live-Env cap, and the docstring kept true."""
 import json
 import re
 from pathlib import Path
@@ -11,7 +12,7 @@ from evolver.evaluate import run_episodes
 from evolver.harness import program_context
 from evolver.seeding import seed_files
 from evolver.programs import content_hash
-from evolver.types import GenResult, Observation, Program, Task
+from evolver.types import ChoiceRequest, GenRequest, GenResult, Observation, Program, Task
 
 TOOLS = [{"type": "function", "function": {"name": "lookup_order", "description": "Find an order by id.",
                                             "parameters": {"type": "object", "properties": {"order_id": {}}}}}]
@@ -107,6 +108,51 @@ def test_tool_calling_preset_offers_the_tools_and_sends_calls_as_json(tmp_path):
     first = backend.calls[0]
     assert first.tools == TOOLS and "lookup_order(order_id): Find an order by id." in first.messages[0].content
     assert "order 7 shipped" in backend.calls[1].messages[-1].content
+
+
+SEND = {"type": "function", "function": {
+    "name": "send_money", "description": "Send money.",
+    "parameters": {"type": "object", "required": ["recipient", "amount"],
+                   "properties": {"recipient": {"type": "string"}, "amount": {"type": "number", "minimum": 0}}}}}
+
+
+def test_a_task_with_tools_is_tool_calling_by_default_and_its_first_reply_must_be_a_call(tmp_path):
+    bench = Support(preset=None, tools=[SEND])
+    bench.harness_hints = {}
+    backend = ScriptedBackend(answers=['{"name": "send_money", "arguments": {"recipient": "b", "amount": 1}}',
+                                       "All done. DONE"])
+    (ep,) = run_episodes(program_context(program(tmp_path, bench)), bench, backend, bench.tasks("dev", 1))
+    first, second = backend.calls
+    assert first.tools == [SEND] and first.tool_choice == "required" and second.tool_choice is None
+    assert "send_money(recipient, amount)" in first.messages[0].content
+    assert bench.received[0] == '{"arguments": {"amount": 1, "recipient": "b"}, "name": "send_money"}'
+    assert ep.steps[0].action == bench.received[0] and ep.score == 1.0
+
+
+def test_follow_notes_plays_a_noted_call_that_validates_and_is_grounded_else_names_its_tool(tmp_path):
+    bench = Support(preset=None, tools=[SEND])
+    bench.harness_hints = {}
+    root = program(tmp_path, bench).root
+    harness = (tmp_path / "p" / "harness" / "harness.py")
+    harness.write_text(harness.read_text().replace("FOLLOW_NOTES = False", "FOLLOW_NOTES = True"))
+    from evolver.harness import make_harness
+
+    h = make_harness(program_context(Program("p", "", root, content_hash(root), {})))
+    task = bench.tasks("dev", 1)[0]
+    obs = Observation("Customer: pay bob 5")
+    state = h.start(task, obs)
+    state["transcript"] += "\nCustomer: pay bob 5"
+    state["observe_due"] = False
+    state["observed"]["miner"] = 'Next: {"name": "send_money", "arguments": {"recipient": "bob", "amount": 5}}.'
+    req = h.next_call(state, obs)
+    assert isinstance(req, ChoiceRequest) and req.options == [
+        '{"arguments": {"amount": 5, "recipient": "bob"}, "name": "send_money"}']
+    state["observed"]["miner"] = 'Next: {"name": "send_money", "arguments": {"recipient": "bob"}}.'  # no amount
+    req = h.next_call(state, obs)
+    assert isinstance(req, GenRequest) and req.tool_choice == "required"  # invalid: the note says nothing
+    state["observed"]["miner"] = 'Next: {"name": "send_money", "arguments": {"recipient": "eve", "amount": 5}}.'
+    req = h.next_call(state, obs)  # eve is no one this episode mentions: the note names the tool only
+    assert isinstance(req, GenRequest) and req.tool_choice == "send_money" and req.tools == [SEND]
 
 
 def test_text_game_preset_is_the_default_and_writes_one_line_actions(tmp_path):

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from evolver import plugins
-from evolver.backends.scripted import ScriptedBackend
 from evolver.evaluate import run_episodes
 from evolver.harness import program_context
 from evolver.seeding import seed_files
+from scripted_players import gold_player
 from evolver.programs import content_hash
 from evolver.types import Program
 
@@ -38,16 +38,6 @@ def load(monkeypatch):
 def program(tmp_path, bench):
     root = seed_files(skills=[], system_prompt=bench.harness_hints.get("system_prompt"), into=tmp_path / "p")
     return Program("p", "", str(root), content_hash(root), {})
-
-
-def gold_player(tasks):
-    """A scripted model that plays each task's gold, one action per call, whatever the interleaving."""
-    queues = {t.prompt.strip(): list(t.gold) for t in tasks}
-
-    def rule(request):
-        opening = next(m.content for m in request.messages if m.role == "user")
-        return queues[next(p for p in queues if p in opening)].pop(0)
-    return ScriptedBackend(rule=rule)
 
 
 def play_gold(tmp_path, bench, tasks, **kw):

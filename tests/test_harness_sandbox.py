@@ -310,3 +310,28 @@ def test_a_sandboxed_harness_imports_only_the_harness_api_and_its_benchmarks_dec
     assert reached(packages=["numpy"])["numpy"] == "imported"
     with pytest.raises(Exception, match="not installed here: no-such-package"):
         SandboxedHarness(program_context(program(tmp_path, name="q")), packages=["no-such-package"])
+
+
+def test_a_sandboxed_harness_validates_a_noted_tool_call_against_the_tasks_tools(tmp_path):
+    """The tool-call helpers (evolver.tool_calls and jsonschema) are part of the harness API in the sandbox:
+    a noted call that fits the tools is played without the model, one that does not is left to the model."""
+    prog = program(tmp_path, SEED.replace("FOLLOW_NOTES = False", "FOLLOW_NOTES = True"))
+    call = '{"name": "send", "arguments": {"to": "bob", "amount": AMOUNT}}'
+    script = f"import sys\nsys.stdin.read()\nprint('Next: ' + {call!r}.replace('AMOUNT', sys.argv[-1]) + '.')\n"
+    for amount in ("5", '"five"'):
+        write_skill(Path(prog.root) / "skills", "next-call", "Says the next call.", "Observes.",
+                    meta={"metadata": {"observe": "scripts/next.py"}},
+                    scripts={"next.py": script.replace("sys.argv[-1]", repr(amount))})
+        tools = [{"type": "function", "function": {"name": "send", "parameters": {
+            "type": "object", "required": ["to", "amount"],
+            "properties": {"to": {"type": "string"}, "amount": {"type": "number"}}}}}]
+        h = SandboxedHarness(program_context(prog))
+        try:
+            state = h.start(Task("t", "b", "train", "bank", prompt="Pay bob 5.", tools=tools), Observation("Hi."))
+            req = h.next_call(state, Observation("Hi."))
+        finally:
+            h.close()
+        if amount == "5":
+            assert req.options == ['{"arguments": {"amount": 5, "to": "bob"}, "name": "send"}']
+        else:
+            assert req.tools == tools and req.tool_choice == "required"  # "five" is no number: the model's turn

@@ -6,6 +6,8 @@ dependency, and we want our own retry policy:
 - a 4xx other than 429 is that request's fault: it becomes ``GenResult.error``, the batch goes on;
 - a server that stays unreachable after the retries is systemic: ``BackendError`` naming the URL.
 A batch's requests run concurrently on a thread pool (servers batch concurrent requests themselves).
+A request's ``tools`` and ``tool_choice`` go to the server as OpenAI's own fields, and its ``tool_calls``
+come back as ``GenResult.tool_calls``.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from typing import Any
 
 from evolver.backends.base import Backend
 from evolver.errors import BackendError
+from evolver.tool_calls import CHOICES, ToolSchemaError, check_tools, choice_of
 from evolver.types import GenRequest, GenResult
 
 import httpx
@@ -61,7 +64,13 @@ class OpenAIBackend(Backend):
         if req.logprobs:
             body["logprobs"] = True
         if req.tools:
-            body["tools"] = list(req.tools)
+            try:
+                body["tools"] = check_tools(list(req.tools))
+                choice = choice_of(req.tool_choice, body["tools"])
+            except ToolSchemaError as exc:
+                return GenResult(text="", error=f"tools rejected: {exc}")
+            # OpenAI's own words, a tool's name as {"type": "function", "function": {"name": ...}}
+            body["tool_choice"] = choice if choice in CHOICES else {"type": "function", "function": {"name": choice}}
         status, data, err = self._post("/chat/completions", body)
         prompt_chars = sum(len(m.content) for m in req.messages)
         if err is not None:

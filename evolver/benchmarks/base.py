@@ -33,9 +33,16 @@ What the harness shows (the seed harness; an evolved one may differ)
   ``Task.prompt``. Older steps are compacted (their observations shortened to a line or a note).
 - "chat": the task prompt is the first user message; each action is an assistant turn and each
   observation the next user turn. The whole reply is the action.
-- "tool-calling": "chat" plus ``Task.tools``: the tools are listed in the system prompt and passed to
-  the backend (``GenRequest.tools``); a call (native, or ``{"name": ..., "arguments": {...}}`` written
-  as JSON) is sent to ``Env.step`` as that JSON text; a plain reply is sent as text.
+- "tool-calling" (the default for a task whose ``Task.tools`` is set): "chat" plus the tools, OpenAI function
+  schemas (check them with ``ToolCalls.check``: a malformed one is an error that names the fix). They are
+  listed in the system prompt and passed with each request (``GenRequest.tools``, ``tool_choice``): the
+  first reply must be a call, later ones may be a call or the final answer. Every backend answers with a
+  call that parses (``GenResult.tool_calls``: native from an API server, decoded under the tools' grammar
+  by the local engines). A call reaches ``Env.step`` as canonical JSON text, ``ToolCalls.action(call)``
+  (``{"arguments": {...}, "name": ...}``, keys sorted), and is stored so as the step's action; a plain
+  reply is sent as text. A call the environment cannot run gets an observation saying why, as any bad
+  action does. Named sub-rewards (the right tool, the right arguments) belong in ``info["rewards"]`` of the
+  final observation only: the harness reads every observation, and a running one would tell it the answer.
 - Budgets are in tokens of the executor's tokenizer, never a silent character cut, and follow the
   executor's context window (``ProgramContext.context_window``; 32k for a backend that declares none):
   the task prompt and each observation up to ``observation_tokens`` (1/32 of the window, at least 400),

@@ -36,7 +36,15 @@ It is copied into every new program and may be evolved. The interface is documen
   and stored. A policy that has not learnt to follow a skill's notes is then not in their way; the skill
   miner proposes the switch as a twin of its candidate and the gate decides.
 - Presets (the task's ``hints``, see ``evolver.benchmarks.base``): "text-game" as above; "chat" keeps
-  the conversation as chat turns and plays the whole reply; "tool-calling" adds the task's tools. The
+  the conversation as chat turns and plays the whole reply; "tool-calling" (the default for a task that
+  declares tools) adds the task's tools: they are listed in the system prompt and passed with each
+  request, so every backend answers with a call that parses (a local engine decodes under the tools'
+  grammar). The first reply must be a call (``FIRST_CALL``): a small model otherwise answers in prose
+  before it has looked anything up; later replies may be a call or the final answer. A call is sent to the
+  environment as canonical JSON (``evolver.tool_calls.action``). With ``FOLLOW_NOTES``, a note's
+  ``Next: {"name": ..., "arguments": {...}}.`` that validates against the task's tools is played when each of
+  its argument values is written in the episode so far (``grounded``); otherwise the note names the tool
+  (``tool_choice``) and the model writes the arguments under that tool's grammar. The
   task prompt and each observation are budgeted in tokens (a share of the model's context window,
   ``OBS_TOKENS`` at least), never cut silently: text
   over budget ends in a visible marker. Older steps of a text game are compacted on purpose (above).
@@ -46,6 +54,7 @@ from __future__ import annotations
 import json
 import re
 
+from evolver import tool_calls
 from evolver.harness import Action, cut_marker
 from evolver.types import ChoiceRequest, GenRequest, Message
 
@@ -59,6 +68,7 @@ NOTE_CHARS = 300  # one note's share of the context
 LOOP_GUARD = True  # hold back actions already taken in the same state
 OBSERVERS = True  # run the scripts skills offer as observers (front matter metadata.observe) after each step
 FOLLOW_NOTES = False  # play the move an observer's note names ("Next: ACTION.", a valid action), not the model's
+FIRST_CALL = True  # a task with tools: the first reply is a call (tool_choice "required"; later ones "auto")
 # Budgets in tokens: a share of the executor's context window, never below the floor (a small model's
 # window is mostly taken by the rest of the prompt). A task's hint of the same name sets one outright.
 OBS_TOKENS = 400  # floor of the task prompt's and one observation's share (hint: observation_tokens)
@@ -171,7 +181,7 @@ class Harness:
         return "\n\n".join(p for p in parts if p)
 
     def preset(self, state):
-        return self.hint(state, "preset", "text-game")
+        return self.hint(state, "preset", "tool-calling" if state["task"].tools else "text-game")
 
     @staticmethod
     def tool_list(tools):
@@ -295,8 +305,16 @@ class Harness:
         if self.preset(state) in ("chat", "tool-calling"):
             if state.get("observe_due"):  # after each step, once its valid actions are known
                 self.run_observers(state, obs.actions)
-            tools = state["task"].tools if self.preset(state) == "tool-calling" else None
-            return GenRequest(messages=self.chat_messages(state), tools=tools or None,
+            tools = (state["task"].tools if self.preset(state) == "tool-calling" else None) or None
+            messages = self.chat_messages(state)
+            call = self.noted_call(state, tools) if tools and FOLLOW_NOTES else None
+            if call and self.grounded(call, state):  # a choice of one is answered without the model
+                return ChoiceRequest(messages=messages, options=[tool_calls.action(call)], write=WRITE_CHOICE)
+            first = FIRST_CALL and not state["history"]
+            choice = "required" if tools and first else self.hint(state, "tool_choice", None)
+            if call:  # its values come from another episode: the note names the tool, the model writes the arguments
+                choice = call["name"]
+            return GenRequest(messages=messages, tools=tools, tool_choice=choice if tools else None,
                               max_tokens=self.tokens(state, "reply_tokens", CHAT_TOKENS))
         options = list(obs.actions or [])
         if obs.actions and CHOOSE_ACTIONS:
@@ -324,6 +342,34 @@ class Harness:
                 if found and found.group(1).strip() in options:
                     return found.group(1).strip()
         return None
+
+    def noted_call(self, state, tools):
+        """The call an observer's latest note names on a line ``Next: {"name": ..., "arguments": {...}}.``,
+        when it is a valid call of ``tools``, else None."""
+        for note in state["observed"].values():
+            for line in note.splitlines():
+                found = re.search(r"\bNext: (\{.*\})\.?\s*$", line)
+                call = tool_calls.parse(found.group(1)) if found else None
+                if call and tool_calls.validate(call, tools) is None:
+                    return call
+        return None
+
+    @staticmethod
+    def grounded(call, state):
+        """Whether every value in the call's arguments is written in the episode so far (the task and
+        what came back): a mined call copies its values from the episode it was mined from, and one this
+        episode never mentions belongs to that episode, not to this one."""
+        text = state["transcript"].lower()
+        values, todo = [], [call.get("arguments")]
+        while todo:
+            v = todo.pop()
+            if isinstance(v, dict):
+                todo += list(v.values())
+            elif isinstance(v, list):
+                todo += v
+            elif isinstance(v, (str, int, float)) and not isinstance(v, bool):
+                values.append(str(v).lower())
+        return all(v in text for v in values if v.strip())
 
     def parse(self, state, obs, request, result):
         if isinstance(request, ChoiceRequest):
@@ -357,30 +403,11 @@ class Harness:
         if self.preset(state) != "tool-calling":
             return Action(env_action=text, output=text)
         calls = [c for c in getattr(result, "tool_calls", None) or [] if isinstance(c, dict) and isinstance(c.get("name"), str)]
-        call = calls[0] if calls else self.written_call(text)
+        call = calls[0] if calls else tool_calls.parse(text)
         if call:
-            action = json.dumps({"name": call.get("name"), "arguments": call.get("arguments", {})}, sort_keys=True)
+            action = tool_calls.action(call)
             return Action(env_action=action, output=text or action)
         return Action(env_action=text, output=text)
-
-    @staticmethod
-    def written_call(text):
-        """The first JSON object in ``text`` that names a tool, or None."""
-        decoder = json.JSONDecoder()
-        for start in [m.start() for m in re.finditer(r"\{", text)][:20]:
-            try:
-                obj, _ = decoder.raw_decode(text[start:])
-            except ValueError:
-                continue
-            if isinstance(obj, dict) and isinstance(obj.get("name"), str):
-                args = obj.get("arguments", obj.get("parameters", {}))
-                if isinstance(args, str):
-                    try:
-                        args = json.loads(args)
-                    except ValueError:
-                        pass
-                return {"name": obj["name"], "arguments": args}
-        return None
 
     def observe(self, state, action, text):
         if action.tool:

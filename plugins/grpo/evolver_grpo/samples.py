@@ -35,6 +35,9 @@ class Sample:
     traj: int  # index of its trajectory in the batch
     step: int  # index among the trajectory's trained steps
     advantage: float = 0.0
+    #: The grammar its reply was decoded under (a tool call), None when free: log-probs are recomputed
+    #: under the same masks.
+    grammar: str | None = None
 
 
 def format_rewards(ep: Episode, names: list[str], eos_ids: set[int], regex: str | None) -> dict[str, float]:
@@ -87,5 +90,5 @@ def collect(episodes: list[Episode], group_of: list[str], *, format_names: list[
                                 states=[str(s.sample.get("state", "")) for s in calls]))
         for k, s in enumerate(calls):
             samples.append(Sample(list(s.sample["prompt_ids"]), list(s.sample["completion_ids"]),
-                                  s.sample.get("logprobs"), traj=i, step=k))
+                                  s.sample.get("logprobs"), traj=i, step=k, grammar=s.sample.get("grammar")))
     return trajs, samples

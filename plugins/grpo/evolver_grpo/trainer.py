@@ -234,12 +234,32 @@ class GRPOTrainer(Trainer):
         ctx = contextlib.nullcontext() if grad else torch.no_grad()
         # the learner through the parallel wrapper (DDP syncs what runs in it; FSDP gathers the weights)
         call = self.par.forward if model is self.model else (lambda fn, *a, **kw: fn(model, *a, **kw))
+        masks = self._masks(batch)
         with ctx:
             return call(completion_logprobs, [s.prompt_ids for s in batch], [s.completion_ids for s in batch],
                         chunk=self.cfg.logprob_chunk, autocast=self.cfg.autocast,
-                        with_entropy=entropy, share=self.cfg.share_prefix)
+                        with_entropy=entropy, share=self.cfg.share_prefix, masks=masks)
+
+    def _masks(self, batch: list[Sample]):
+        """Per sample, the masks its reply was decoded under (a tool call's grammar), else None: the mask is
+        part of the policy, so old, new and reference log-probs are all of the masked distribution. Built
+        once per sample (llguidance replays the grammar over the reply) and kept for the step."""
+        if not any(s.grammar for s in batch):
+            return None
+        memo = self.__dict__.setdefault("_mask_memo", {})
+        todo = [s for s in batch if s.grammar and id(s) not in memo]
+        if todo:
+            from evolver_transformers import replay_masks
+
+            backend = self.engine.backend
+            vocab = int(self.model.get_output_embeddings().weight.shape[0])
+            for s, m in zip(todo, replay_masks(backend.tokenizer, vocab, self.engine.eos_ids,
+                                               [s.grammar for s in todo], [s.completion_ids for s in todo])):
+                memo[id(s)] = (s, m)  # the sample itself is kept, so its id is not reused while memoised
+        return [memo[id(s)][1] if s.grammar else None for s in batch]
 
     def _update(self, train: list[Sample]) -> dict:
+        self.__dict__.pop("_mask_memo", None)  # masks of the last step's samples
         cfg = self.cfg
         out = {"loss": 0.0, "kl": 0.0, "clip_frac": 0.0, "ratio_mean": 1.0, "entropy": 0.0, "grad_norm": 0.0,
                "logprob_s": 0.0, "update_s": 0.0}

@@ -1,8 +1,11 @@
 """A benchmark a tiny random model gets partial credit on: the score is the share of the letter 'a'
 in what it writes. Rollouts differ, so groups have reward spread, and a policy can learn it.
 ``steps`` > 1 makes it multi-turn (the score is the running mean over steps). Tasks of category
-"z" always score 0: groups with no reward spread, for the zero-variance accounting."""
+"z" always score 0: groups with no reward spread, for the zero-variance accounting. ``tools=True`` makes every
+task a tool-calling one: the letters are the argument of a call of ``write`` (one of ACTIONS)."""
 from __future__ import annotations
+
+import json
 
 from evolver.benchmarks.base import Benchmark, Env
 from evolver.hookspecs import hookimpl
@@ -10,6 +13,8 @@ from evolver.types import Observation, Task
 
 
 ACTIONS = ["aaaa", "bbbb", "abab"]
+WRITE = {"type": "function", "function": {"name": "write", "description": "Write letters.", "parameters": {
+    "type": "object", "required": ["letters"], "properties": {"letters": {"enum": ACTIONS}}}}}
 
 
 class LetterEnv(Env):
@@ -22,6 +27,8 @@ class LetterEnv(Env):
 
     def step(self, action: str) -> Observation:
         text = action.strip()
+        if self.task.tools and text.startswith("{"):  # a call of write: its letters are what counts
+            text = str(json.loads(text).get("arguments", {}).get("letters", ""))
         hit = text.count("a") / len(text) if text else 0.0
         self.scores.append(0.0 if self.task.category == "z" else hit)
         done = len(self.scores) >= self.steps
@@ -33,15 +40,18 @@ class LetterEnv(Env):
 
 class LetterBench(Benchmark):
     name = "letters"
-    def __init__(self, steps: int = 1, categories: list[str] | None = None, actions: bool = False, **_):
+    def __init__(self, steps: int = 1, categories: list[str] | None = None, actions: bool = False,
+                 tools: bool = False, **_):
         self.steps = self.max_steps = int(steps)
+        self.tools = [WRITE] if tools else None
         self.actions = actions
         self.categories = list(categories or ["a", "b"])
 
     def tasks(self, split, per_category=None):
         n = per_category or 3
         return [Task(id=f"letters/{split}/{c}{i}", benchmark="letters", split=split, category=c, seed=i,
-                     prompt=f"Write the letter a ({c}{i}).") for c in self.categories for i in range(n)]
+                     prompt=f"Write the letter a ({c}{i}).", tools=self.tools)
+                for c in self.categories for i in range(n)]
 
     def env(self, task):
         return LetterEnv(task, self.steps, self.actions)

@@ -16,12 +16,13 @@ from evolver_grpo.trainer import GRPOTrainer
 HERE = Path(__file__).resolve().parent
 
 
-def make_run(tmp_path, tiny_dir, steps=1, categories=None, actions=False, backend_options=None, **grpo):
+def make_run(tmp_path, tiny_dir, steps=1, categories=None, actions=False, backend_options=None, tools=False, **grpo):
     plugins.load_local(HERE / "letterbench.py")
     options = {"dtype": "fp32", **(backend_options or {})}
     roles = {r: RoleConfig(backend="transformers", model=str(tiny_dir), options=options)
              for r in ("executor", "proposer", "builder", "judge")}
-    cfg = Config(benchmark="letters", benchmark_options={"steps": steps, "categories": categories, "actions": actions}, store=str(tmp_path / "store"), roles=roles,
+    cfg = Config(benchmark="letters", benchmark_options={"steps": steps, "categories": categories, "actions": actions,
+                                                                  "tools": tools}, store=str(tmp_path / "store"), roles=roles,
                  plugins={"grpo": {"max_new_tokens": 6, "autocast": False, **grpo}})
     store = Store(tmp_path / "store" / "evolver.duckdb")
     run = Run(cfg, store, ProgramRepo(tmp_path / "store"))
@@ -103,6 +104,31 @@ def test_rollout_logprobs_agree_with_the_learner_and_prompts_are_exact(tmp_path,
     assert float((learner - rollout).abs().mean()) <= 1e-4
     # G rollouts of one task differ (own seeds)
     assert len({tuple(s.completion_ids) for s in samples[:3]}) > 1
+    run.close()
+
+
+def test_tool_call_rollouts_train_on_the_masked_distribution(tmp_path, tiny_dir):
+    """Rollouts of a tool-calling task are calls decoded under the tools' grammar; their samples name it, and
+    the learner's log-probs (old, new, reference) are of the same masked distribution: the first ratio is 1."""
+    from evolver import ToolCalls
+
+    run = make_run(tmp_path, tiny_dir, tools=True, group_size=4, tasks_per_step=2, max_new_tokens=80)
+    trainer = GRPOTrainer(run, dict(run.config.plugins["grpo"], steps=1, lr=1e-3))
+    trainer.setup()
+    episodes, groups = trainer.rollout(0, trainer.tasks[:2])
+    _, samples = trainer._collect(episodes, groups)
+    calls = [ToolCalls.parse(ep.steps[0].action) for ep in episodes if ep.steps and not ep.steps[0].error]
+    assert calls and all(ToolCalls.validate(c, ep.task.tools) is None for c, ep in zip(calls, episodes))
+    assert samples and all(s.grammar and "write" in s.grammar for s in samples)
+    masks = trainer._masks(samples)
+    with torch.no_grad():
+        masked = trainer._logprobs(trainer.model, samples, grad=False).cpu()
+        plain = completion_logprobs(trainer.model, [s.prompt_ids for s in samples], [s.completion_ids for s in samples]).cpu()
+    rollout = torch.tensor([lp for s in samples for lp in s.rollout_logprobs])
+    assert float((masked - rollout).abs().max()) <= 1e-4 and float((plain - rollout).abs().max()) > 1e-2
+    assert all(m is not None for m in masks)
+    summary = trainer.train()
+    assert trainer.history[0]["ratio_mean"] == pytest.approx(1.0, abs=1e-6) and summary
     run.close()
 
 

@@ -153,7 +153,7 @@ def _picked_detached(trunk, prompts, completions, idx, dev) -> dict[int, torch.T
 
 def completion_logprobs(model, prompts: list[list[int]], completions: list[list[int]], *, chunk: int = 1024,
                         autocast: bool | str | None = False, with_entropy: bool = False, share: int = 64,
-                        detach_prompt: bool = False):
+                        detach_prompt: bool = False, masks: list | None = None):
     """Log-probs of each completion token given its prompt, packed: a flat tensor of Σ|c_i| values
     in sample order (and the next-token entropies at the same positions if ``with_entropy``).
 
@@ -161,7 +161,9 @@ def completion_logprobs(model, prompts: list[list[int]], completions: list[list[
     natively, ``evolver_transformers.precision``). ``share``: samples sharing a prompt prefix of at least
     this many tokens run it once (0: every sample in its own row). ``detach_prompt``: the prompts' keys
     and values are computed without a graph (:func:`_picked_detached`; the log-probs are the same, the
-    gradients reach only what the completion computes). Gradients flow when called outside ``no_grad``."""
+    gradients reach only what the completion computes). ``masks``: per sample, None or the [len, vocab]
+    booleans of the tokens its reply was allowed (a tool call decoded under a grammar): its log-probs are
+    then of that masked distribution, as the engine sampled it. Gradients flow when called outside ``no_grad``."""
     dev = next(model.parameters()).device
     trunk, head = split_model(model)
     lengths = [len(p) + len(c) for p, c in zip(prompts, completions)]
@@ -180,19 +182,32 @@ def completion_logprobs(model, prompts: list[list[int]], completions: list[list[
             return (empty, empty) if with_entropy else empty
         hidden = torch.cat([picked[i] for i in range(len(prompts))])  # [N, H], sample order
         tgt = torch.tensor([t for c in completions for t in c], device=dev)
+        allowed = _flat_masks(masks, completions, dev)
         lps, ents = [], []
         for s in range(0, len(tgt), chunk):
             logits = head(hidden[s:s + chunk]).float()
+            if allowed is not None:
+                logits = logits.masked_fill(~allowed[s:s + chunk, :logits.shape[-1]], float("-inf"))
             norm = torch.logsumexp(logits, dim=-1)
             lps.append(logits.gather(-1, tgt[s:s + chunk, None]).squeeze(-1) - norm)
             if with_entropy:
                 with torch.no_grad():
-                    logp_all = logits - norm[:, None]
-                    ents.append(-(logp_all.exp() * logp_all).sum(-1))
+                    p = (logits - norm[:, None]).exp()
+                    ents.append(-torch.special.xlogy(p, p).sum(-1))  # (0 log 0 = 0 where masked)
     lp = torch.cat(lps)
     if with_entropy:
         return lp, torch.cat(ents)
     return lp
+
+
+def _flat_masks(masks, completions, dev):
+    """The samples' masks stacked in packed token order (all-true rows for an unmasked sample), or None."""
+    if not masks or not any(m is not None for m in masks):
+        return None
+    vocab = next(m.shape[1] for m in masks if m is not None)
+    rows = [m.to(dev, torch.bool) if m is not None else torch.ones((len(c), vocab), dtype=torch.bool, device=dev)
+            for m, c in zip(masks, completions)]
+    return torch.cat(rows)
 
 
 def completion_hidden(trunk, prompts: list[list[int]], completions: list[list[int]], *, share: int = 64,

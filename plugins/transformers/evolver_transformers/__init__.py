@@ -24,6 +24,9 @@ _API: dict[str, str] = {
                     "evolver_transformers.embedded"),
     "use_autocast": "evolver_transformers.precision",  # a configured precision -> run under bf16 autocast?
     "length_groups": "evolver_transformers.prefix_cache",  # rows batched by similar length
+    # a tool-call request's grammar (llguidance Lark), and the masks a reply was decoded under (for trainers)
+    "tool_grammar": "evolver_transformers.grammar:grammar_for",
+    "replay_masks": "evolver_transformers.grammar",
 }
 #: What each public constant means (a constant has no docstring of its own).
 _CONSTANTS: dict[str, str] = {

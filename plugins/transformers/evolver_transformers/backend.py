@@ -37,12 +37,13 @@ from typing import Any, Mapping
 
 import torch
 
-from evolver import Backend, BackendError, GenRequest, GenResult, Message
+from evolver import Backend, BackendError, GenRequest, GenResult, Message, ToolCalls
 from evolver_transformers.attention import use_gqa_sdpa
 from evolver_transformers.bf16_weights import keep_bf16_weights
 from evolver_transformers.choice_scoring import ChoiceScoring, token_logprobs
 from evolver_transformers.drafts import OptionDrafts, PromptLookup
 from evolver_transformers.embedded import fingerprint, resolve_model, state_hash
+from evolver_transformers.grammar import Grammars, finished, grammar_for
 from evolver_transformers.precision import CHOICES, use_autocast
 from evolver_transformers.prefix_cache import PrefixCache
 from evolver_transformers.static_decode import StaticDecoding
@@ -150,6 +151,7 @@ class TransformersBackend(StaticDecoding, PrefixCache, ChoiceScoring, Backend):
         # transformers 5.2x renamed the forward kwarg ``past_key_values`` to ``cache``.
         params = inspect.signature(self.hf_model.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        self._grammars: Grammars | None = None  # made at the first tool-call request
 
     # ----------------------------------------------------------------------------------- helpers
     def _collect_eos_ids(self) -> set[int]:
@@ -215,6 +217,13 @@ class TransformersBackend(StaticDecoding, PrefixCache, ChoiceScoring, Backend):
             except Exception as exc:  # noqa: BLE001 - e.g. a template that rejects the roles
                 results[i] = GenResult(text="", error=f"chat template failed: {exc}")
                 continue
+            try:
+                lark = grammar_for(req)
+                if lark:  # compiled here (once per text): a schema llguidance refuses fails its request alone
+                    self._tool_grammars().compiled(lark)
+            except Exception as exc:  # noqa: BLE001 - a malformed tool schema fails its request, not the batch
+                results[i] = GenResult(text="", prompt_tokens=len(ids), error=f"tools rejected: {exc}")
+                continue
             room = self.context_window - len(ids)
             if room < 1:
                 results[i] = GenResult(text="", prompt_tokens=len(ids), error=(
@@ -222,7 +231,7 @@ class TransformersBackend(StaticDecoding, PrefixCache, ChoiceScoring, Backend):
             elif req.max_tokens <= 0:
                 results[i] = self._result(req, ids, [], [])
             else:
-                todo.append((i, req, ids, min(req.max_tokens, room)))
+                todo.append((i, req, ids, min(req.max_tokens, room), lark))
         # Similar lengths together waste the least compute on padding.
         todo.sort(key=lambda item: len(item[2]))
         with self._ctx():  # one outer autocast: weights are cast to bf16 once per call, not per chunk
@@ -260,7 +269,9 @@ class TransformersBackend(StaticDecoding, PrefixCache, ChoiceScoring, Backend):
             logits, cache, mask, order = self._prefill([item[2] for item in chunk], longest + holes)
             t1 = time.perf_counter()
             chunk = [chunk[i] for i in order]  # the rows as the prefill grouped them
-            _, reqs, prompts, limits = (list(col) for col in zip(*chunk))
+            reqs, prompts, limits = ([item[k] for item in chunk] for k in (1, 2, 3))
+            matchers = self._matchers([item[4] if len(item) > 4 else None for item in chunk])
+            consumed = [0] * B  # tokens of each reply its matcher has taken
             where = dev if self.sample_device == "model" else torch.device("cpu")
             races = [Race.for_request(req, where, logits.shape[-1]) for req in reqs]
             want_lp = any(req.logprobs for req in reqs)
@@ -275,7 +286,9 @@ class TransformersBackend(StaticDecoding, PrefixCache, ChoiceScoring, Backend):
             drafts: list[list[int]] = [[] for _ in range(B)]
             T = forwards = 0  # T: columns fed by the last forward (0: the logits are the prefill's)
             while True:
+                self._mask(logits, matchers, drafts, done)
                 accepted = self._accept(logits, drafts, reqs, races, done, out_ids, out_lp, want_lp, limits)
+                self._advance(matchers, out_ids, consumed, done)
                 if T:  # the fed token and the drafts accepted after it are context now; the rest are holes
                     for r, draft in enumerate(drafts):
                         if len(draft) > accepted[r]:
@@ -288,6 +301,8 @@ class TransformersBackend(StaticDecoding, PrefixCache, ChoiceScoring, Backend):
                 room = min(self.lookup, holes, self.lookup_tokens // live - 1)
                 drafts = [lookups[r].draft(out_ids[r], min(room, limits[r] - len(out_ids[r]) - 1))
                           if lookups[r] is not None and not done[r] and room > 0 else [] for r in range(B)]
+                drafts = [self._grammars.valid_prefix(m, d) if m is not None and d else d
+                          for m, d in zip(matchers, drafts)]
                 T = 1 + max(map(len, drafts))
                 holes -= T - 1
                 # Finished rows keep decoding a pad token: cheaper than reshaping the cache, and
@@ -306,8 +321,50 @@ class TransformersBackend(StaticDecoding, PrefixCache, ChoiceScoring, Backend):
         self.timing.update(prefill_s=t1 - t0, decode_s=time.perf_counter() - t1, decode_steps=forwards)
         results: list[GenResult | None] = [None] * B
         for r, i in enumerate(order):
-            results[i] = self._result(reqs[r], prompts[r], out_ids[r], out_lp[r])
+            results[i] = self._result(reqs[r], prompts[r], out_ids[r], out_lp[r], chunk[r][4] if len(chunk[r]) > 4 else None,
+                                      matchers[r])
         return results  # type: ignore[return-value]
+
+    # ------------------------------------------------------------------------------ tool grammars
+    def _matchers(self, grammars: list[str | None]) -> list:
+        """A grammar matcher per row that decodes under one (None for a free row)."""
+        if not any(grammars):
+            return [None] * len(grammars)
+        return [self._tool_grammars().matcher(g) if g else None for g in grammars]
+
+    def _tool_grammars(self) -> Grammars:
+        if self._grammars is None:
+            self._grammars = Grammars(self.tokenizer, int(self.hf_model.get_output_embeddings().weight.shape[0]),
+                                      self.eos_ids)
+        return self._grammars
+
+    def _mask(self, logits, matchers, drafts, done) -> None:
+        """Forbidden tokens to -inf in place, at each position a constrained row checks (its next token
+        and its drafts): picks, races and the recorded log-probs are then all of the masked distribution."""
+        rows = [(r, m, drafts[r]) for r, m in enumerate(matchers) if m is not None and not done[r]]
+        if not rows:
+            return
+        t0 = time.perf_counter()
+        allowed = self._grammars.allowed(rows)
+        for r, ok in allowed.items():
+            n = ok.shape[0]
+            block = torch.from_numpy(~ok).to(logits.device)
+            logits[r, :n] = logits[r, :n].masked_fill(block, float("-inf"))
+        self.timing.update(mask_s=time.perf_counter() - t0, masks=len(rows))
+
+    @staticmethod
+    def _advance(matchers, out_ids, consumed, done) -> None:
+        """Each constrained row's matcher takes the tokens it just emitted (accepted drafts, then its pick)."""
+        for r, m in enumerate(matchers):
+            if m is None:
+                continue
+            new, consumed[r] = out_ids[r][consumed[r]:], len(out_ids[r])
+            for tok in new:
+                if m.is_stopped():  # a finished call: what follows is its end-of-turn token
+                    break
+                if not m.consume_token(int(tok)):
+                    done[r] = True  # cannot happen under the mask; stop rather than write past the grammar
+                    break
 
     def _drafter(self, req: GenRequest, prompt: list[int]):
         """A row's draft source: the request's likely replies, if it names some, else its prompt."""
@@ -378,9 +435,18 @@ class TransformersBackend(StaticDecoding, PrefixCache, ChoiceScoring, Backend):
         lines = self.tokenizer.decode(ids, skip_special_tokens=True).split("\n")
         return repeated_line(lines[:-1]) >= repeats
 
-    def _result(self, req: GenRequest, prompt: list[int], ids: list[int], lps: list[float]) -> GenResult:
+    def _result(self, req: GenRequest, prompt: list[int], ids: list[int], lps: list[float],
+                grammar: str | None = None, matcher=None) -> GenResult:
         text = _cut_at_stop(self.tokenizer.decode(ids, skip_special_tokens=True), req.stop)
-        res = GenResult(text=text, prompt_tokens=len(prompt), completion_tokens=len(ids))
+        res = GenResult(text=text, prompt_tokens=len(prompt), completion_tokens=len(ids), grammar=grammar)
+        if grammar is not None:
+            if matcher is not None and not finished(matcher):
+                # A reply cut by its budget mid-call is not a call: a recorded failure, not a guess.
+                res.text, res.error = "", (f"the reply did not finish its tool call within {len(ids)} tokens "
+                                           f"(max_tokens {req.max_tokens}): {text[:160]!r}")
+            else:
+                call = ToolCalls.parse(text) if text.lstrip().startswith("{") else None
+                res.tool_calls = [call] if call else []
         if req.logprobs:
             # completion_ids are the tokens actually sampled, EOS included and stop strings not cut:
             # a trainer must score exactly what the model produced.

@@ -446,7 +446,8 @@ class StaticDecoding:
         return "compiled" if self.decode == "compiled" else "graphs"
 
     def _generate_chunk(self, chunk) -> list:
-        static = self._static_decoder()
+        # A row decoding under a tool grammar needs its mask before each pick: the hand-written loop has it.
+        static = self._static_decoder() if not any(item[4:5] and item[4] for item in chunk) else None
         if static is not None:
             try:
                 results = static.generate_chunk(chunk)

