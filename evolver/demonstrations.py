@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 
+from evolver import tool_calls
 from evolver.errors import EvolverError
 from evolver.harness import Action, make_harness, task_for_harness
 from evolver.types import Episode, Program, Step, Task
@@ -76,6 +77,7 @@ def replay(run, program: Program, harness, task: Task, actions: list[str], model
             if request is None:
                 break
             prompt = json.dumps([asdict(m) for m in request.messages], ensure_ascii=False)
+            action = _as_called(action, request)
             obs = env.step(action)
             ep.steps.append(Step(index=len(ep.steps), prompt=prompt, output=action, action=action,
                                  observation=obs.text, reward=obs.score))
@@ -99,3 +101,12 @@ class Demos:
     has_gold = staticmethod(has_gold)
     replay_gold = staticmethod(replay_gold)
     replay_episodes = staticmethod(replay_episodes)
+
+
+def _as_called(action: str, request) -> str:
+    """A demonstrated call in the one form a tool-call request is answered in (``ToolCalls.action``: the name,
+    then the arguments in their schema's order): imitation then trains the tokens the grammar lets the policy
+    write, however the benchmark spelt its gold."""
+    tools = getattr(request, "tools", None)
+    call = tool_calls.parse(action) if tools and action.lstrip().startswith("{") else None
+    return tool_calls.action(call, tools) if call else action

@@ -5,8 +5,8 @@ A benchmark declares its tools as JSON schemas in OpenAI's ``tools`` format (``T
 of an object. A harness passes them with a request (``GenRequest.tools`` and ``tool_choice``), and every
 backend answers with ``GenResult.tool_calls``: the OpenAI backend natively, the local engines by decoding
 under a grammar built from :func:`call_schema`, so a call always parses. A call is ``{"name", "arguments"}``;
-the environment gets it, and the store keeps it, as :func:`action` writes it (canonical JSON), so traces
-and SQL read the same whatever the engine.
+the environment gets it, and the store keeps it, as :func:`action` writes it (one canonical JSON text: the
+name, then the arguments in their schema's order), so traces and SQL read the same whatever the engine.
 
 This module is part of the harness API (a sandboxed harness imports it) and needs no model.
 """
@@ -111,11 +111,26 @@ def call_schema(tools: list[dict], tool_choice: Any = None) -> dict:
     return options[0] if len(options) == 1 else {"anyOf": options}
 
 
-def action(call: dict) -> str:
-    """The text an environment gets for ``call`` (and the store keeps): canonical JSON of its name and
-    arguments, keys sorted."""
-    return json.dumps({"name": call.get("name"), "arguments": call.get("arguments", {})}, sort_keys=True,
-                      ensure_ascii=False)
+def action(call: dict, tools: list[dict] | None = None) -> str:
+    """The text an environment gets for ``call`` (and the store keeps): JSON of its name, then its arguments,
+    in the order the local engines' grammar writes them: each object's keys in its schema's ``properties``
+    order when ``tools`` are given (the called tool's), the rest after them, sorted. One text per call, so a
+    demonstration trains exactly the tokens the grammar lets the policy write."""
+    name, args = call.get("name"), call.get("arguments", {})
+    tool = next((t for t in tools or [] if t.get("function", t).get("name") == name), None)
+    return json.dumps({"name": name, "arguments": _ordered(args, _params(tool) if tool else {})}, ensure_ascii=False)
+
+
+def _ordered(value: Any, schema: dict) -> Any:
+    if isinstance(value, dict):
+        props = schema.get("properties") if isinstance(schema, dict) else None
+        props = props if isinstance(props, dict) else {}
+        keys = [k for k in props if k in value] + sorted(k for k in value if k not in props)
+        return {k: _ordered(value[k], props.get(k, {})) for k in keys}
+    if isinstance(value, list):
+        items = schema.get("items") if isinstance(schema, dict) else None
+        return [_ordered(v, items if isinstance(items, dict) else {}) for v in value]
+    return value
 
 
 def parse(text: str) -> dict | None:

@@ -7,7 +7,7 @@ Load it with ``--plugin`` (or list the file in ``EVOLVER_PLUGIN_PATH``)::
 Each task is a customer ticket. The agent calls tools (``Task.tools``, OpenAI function schemas) to find
 the order, acts by the shop's policy (refund a damaged delivery, reship a lost parcel, cancel an order
 not yet shipped, or only tell the delivery estimate) and closes the ticket with a plain-text reply.
-The harness sends each call to ``Env.step`` as JSON text, ``{"arguments": {...}, "name": "..."}``, and a
+The harness sends each call to ``Env.step`` as JSON text, ``{"name": "...", "arguments": {...}}``, and a
 plain reply as text. Partial credit: 0.2 for looking up the right order, 0.5 for the right action with
 the right arguments, 0.3 for a reply that says what was done; an action the policy forbids caps the
 score at 0.2. ``Task.gold`` is the list of calls and the reply that solve the ticket.
@@ -19,7 +19,7 @@ See ``evolver/benchmarks/base.py`` for the contract.
 import json
 import random
 
-from evolver import SPLITS, Benchmark, Env, Observation, Task, hookimpl
+from evolver import SPLITS, Benchmark, Env, Observation, Task, ToolCalls, hookimpl
 
 TODAY = "2025-03-20"
 SPLIT_BASE = {"train": 0, "dev": 10_000, "test": 20_000}  # disjoint seed ranges: splits never share a task
@@ -198,7 +198,7 @@ def make_ticket(seed: int, kind: str) -> dict:
     where = f"(order {target['order_id']})" if by_id else "(I don't have the order number to hand.)"
     message = f"Ticket #T{seed} from {first} {last} <{email}>:\n{ask} {where}"
     oid = target["order_id"]
-    call = lambda name, **args: json.dumps({"arguments": args, "name": name}, sort_keys=True)  # noqa: E731
+    call = lambda name, **args: ToolCalls.action({"name": name, "arguments": args}, TOOLS)  # noqa: E731
     gold = [] if by_id else [call("lookup_customer", email=email)]
     gold.append(call("lookup_order", order_id=oid))
     if kind in ("lost", "status"):

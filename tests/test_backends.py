@@ -149,6 +149,13 @@ def test_openai_passes_tools_and_returns_structured_calls(chat_server):
     assert with_tools.text == "" and with_tools.tool_calls == [{"name": "refund", "arguments": {"order": 7}},
                                                                {"name": "refund", "arguments": "{not json"}]
     assert srv.seen[0][2]["tools"] == tools and "tools" not in srv.seen[1][2] and plain.tool_calls is None
+    assert srv.seen[0][2]["tool_choice"] == "auto" and "tool_choice" not in srv.seen[1][2]
+    b.generate([GenRequest(user("refund 7"), tools=tools, tool_choice="required")])  # (one at a time: in order)
+    b.generate([GenRequest(user("refund 7"), tools=tools, tool_choice="refund")])
+    assert srv.seen[2][2]["tool_choice"] == "required"
+    assert srv.seen[3][2]["tool_choice"] == {"type": "function", "function": {"name": "refund"}}
+    bad, = b.generate([GenRequest(user("refund 7"), tools=[{"function": {"name": "no spaces"}}])])
+    assert bad.text == "" and "tools rejected" in bad.error and len(srv.seen) == 4  # never sent
     b.close()
 
 

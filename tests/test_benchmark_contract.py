@@ -119,14 +119,44 @@ SEND = {"type": "function", "function": {
 def test_a_task_with_tools_is_tool_calling_by_default_and_its_first_reply_must_be_a_call(tmp_path):
     bench = Support(preset=None, tools=[SEND])
     bench.harness_hints = {}
-    backend = ScriptedBackend(answers=['{"name": "send_money", "arguments": {"recipient": "b", "amount": 1}}',
+    backend = ScriptedBackend(answers=['{"arguments": {"amount": 1, "recipient": "b"}, "name": "send_money"}',
                                        "All done. DONE"])
     (ep,) = run_episodes(program_context(program(tmp_path, bench)), bench, backend, bench.tasks("dev", 1))
     first, second = backend.calls
     assert first.tools == [SEND] and first.tool_choice == "required" and second.tool_choice is None
     assert "send_money(recipient, amount)" in first.messages[0].content
-    assert bench.received[0] == '{"arguments": {"amount": 1, "recipient": "b"}, "name": "send_money"}'
+    # canonical: the name, then the arguments in the schema's order (as the grammar writes them)
+    assert bench.received[0] == '{"name": "send_money", "arguments": {"recipient": "b", "amount": 1}}'
     assert ep.steps[0].action == bench.received[0] and ep.score == 1.0
+
+
+def test_a_demonstrated_call_is_replayed_as_the_grammar_writes_it(tmp_path):
+    """However the benchmark spells a gold call, imitation trains the one text a tool-call request is answered
+    in (the name, then the arguments in the schema's order): the tokens the grammar lets the policy write."""
+    from types import SimpleNamespace
+
+    from evolver.demonstrations import replay
+    from evolver.harness import make_harness
+
+    bench = Support(preset=None, tools=[SEND])
+    bench.harness_hints = {}
+    prog = program(tmp_path, bench)
+    task = bench.tasks("train", 1)[0]
+    gold = ['{"arguments": {"amount": 2, "recipient": "b"}, "name": "send_money"}', "Paid. DONE"]
+    ep = replay(SimpleNamespace(id="r", benchmark=bench), prog, make_harness(program_context(prog)), task, gold)
+    canonical = '{"name": "send_money", "arguments": {"recipient": "b", "amount": 2}}'
+    assert [s.output for s in ep.steps] == [canonical, "Paid. DONE"] and bench.received == [canonical, "Paid. DONE"]
+
+
+def test_a_call_made_again_is_answered_by_asking_for_the_final_answer(tmp_path):
+    bench = Support(preset=None, tools=[SEND])
+    bench.harness_hints = {}
+    call = '{"name": "send_money", "arguments": {"recipient": "b", "amount": 1}}'
+    backend = ScriptedBackend(answers=[call, call, call, "All done. DONE"])
+    (ep,) = run_episodes(program_context(program(tmp_path, bench)), bench, backend, bench.tasks("dev", 1))
+    # asked for the answer, the model wrote the call again: sent as its text (this env runs it), then asked again
+    assert [r.tool_choice for r in backend.calls] == ["required", None, "none", "none"]
+    assert bench.received[2] == call and bench.received[3] == "All done. DONE" and ep.score == 1.0
 
 
 def test_follow_notes_plays_a_noted_call_that_validates_and_is_grounded_else_names_its_tool(tmp_path):
@@ -146,13 +176,15 @@ def test_follow_notes_plays_a_noted_call_that_validates_and_is_grounded_else_nam
     state["observed"]["miner"] = 'Next: {"name": "send_money", "arguments": {"recipient": "bob", "amount": 5}}.'
     req = h.next_call(state, obs)
     assert isinstance(req, ChoiceRequest) and req.options == [
-        '{"arguments": {"amount": 5, "recipient": "bob"}, "name": "send_money"}']
+        '{"name": "send_money", "arguments": {"recipient": "bob", "amount": 5}}']
     state["observed"]["miner"] = 'Next: {"name": "send_money", "arguments": {"recipient": "bob"}}.'  # no amount
     req = h.next_call(state, obs)
     assert isinstance(req, GenRequest) and req.tool_choice == "required"  # invalid: the note says nothing
     state["observed"]["miner"] = 'Next: {"name": "send_money", "arguments": {"recipient": "eve", "amount": 5}}.'
     req = h.next_call(state, obs)  # eve is no one this episode mentions: the note names the tool only
     assert isinstance(req, GenRequest) and req.tool_choice == "send_money" and req.tools == [SEND]
+    state["observed"]["miner"] = "Next: Sent it, all done."
+    assert h.next_call(state, obs).tool_choice == "none"  # the next move is the answer: the model writes it
 
 
 def test_text_game_preset_is_the_default_and_writes_one_line_actions(tmp_path):

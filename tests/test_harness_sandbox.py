@@ -332,6 +332,6 @@ def test_a_sandboxed_harness_validates_a_noted_tool_call_against_the_tasks_tools
         finally:
             h.close()
         if amount == "5":
-            assert req.options == ['{"arguments": {"amount": 5, "to": "bob"}, "name": "send"}']
+            assert req.options == ['{"name": "send", "arguments": {"to": "bob", "amount": 5}}']
         else:
             assert req.tools == tools and req.tool_choice == "required"  # "five" is no number: the model's turn

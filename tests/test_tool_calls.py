@@ -55,8 +55,11 @@ def test_call_schema_names_first_and_narrows_to_a_chosen_tool():
 
 def test_action_is_canonical_and_parse_reads_written_calls():
     a = ToolCalls.action({"arguments": {"b": 1, "a": "é"}, "name": "f"})
-    assert a == '{"arguments": {"a": "é", "b": 1}, "name": "f"}'
+    assert a == '{"name": "f", "arguments": {"a": "é", "b": 1}}'  # no tools: the arguments sorted
     assert ToolCalls.action(json.loads(a)) == a
+    call = {"arguments": {"amount": 5, "memo": "rent", "recipient": "bob"}, "name": "send_money"}
+    # with the tools: the schema's order (what the grammar writes), keys it does not list after, sorted
+    assert ToolCalls.action(call, [SEND]) == '{"name": "send_money", "arguments": {"recipient": "bob", "amount": 5, "memo": "rent"}}'
     assert ToolCalls.parse('Sure. {"name": "f", "parameters": "{\\"x\\": 2}"} done') == {"name": "f", "arguments": {"x": 2}}
     assert ToolCalls.parse("{not json} and {\"no\": \"name\"}") is None and ToolCalls.parse("") is None
 

@@ -38,8 +38,9 @@ What the harness shows (the seed harness; an evolved one may differ)
   listed in the system prompt and passed with each request (``GenRequest.tools``, ``tool_choice``): the
   first reply must be a call, later ones may be a call or the final answer. Every backend answers with a
   call that parses (``GenResult.tool_calls``: native from an API server, decoded under the tools' grammar
-  by the local engines). A call reaches ``Env.step`` as canonical JSON text, ``ToolCalls.action(call)``
-  (``{"arguments": {...}, "name": ...}``, keys sorted), and is stored so as the step's action; a plain
+  by the local engines). A call reaches ``Env.step`` as canonical JSON text, ``ToolCalls.action(call, tools)``
+  (``{"name": ..., "arguments": {...}}``, the arguments in their schema's order: as the grammar writes them),
+  and is stored so as the step's action; a demonstration's calls are replayed in that form. A plain
   reply is sent as text. A call the environment cannot run gets an observation saying why, as any bad
   action does. Named sub-rewards (the right tool, the right arguments) belong in ``info["rewards"]`` of the
   final observation only: the harness reads every observation, and a running one would tell it the answer.

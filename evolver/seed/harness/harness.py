@@ -40,11 +40,14 @@ It is copied into every new program and may be evolved. The interface is documen
   declares tools) adds the task's tools: they are listed in the system prompt and passed with each
   request, so every backend answers with a call that parses (a local engine decodes under the tools'
   grammar). The first reply must be a call (``FIRST_CALL``): a small model otherwise answers in prose
-  before it has looked anything up; later replies may be a call or the final answer. A call is sent to the
+  before it has looked anything up; later replies may be a call or the final answer. A call made again
+  with the same arguments is answered by asking for the final answer (``CALL_GUARD``): what it returns is
+  in the history already, and a small model otherwise repeats it until the step limit (seen: 16 times). A call is sent to the
   environment as canonical JSON (``evolver.tool_calls.action``). With ``FOLLOW_NOTES``, a note's
   ``Next: {"name": ..., "arguments": {...}}.`` that validates against the task's tools is played when each of
   its argument values is written in the episode so far (``grounded``); otherwise the note names the tool
-  (``tool_choice``) and the model writes the arguments under that tool's grammar. The
+  (``tool_choice``) and the model writes the arguments under that tool's grammar; a note whose next move is
+  a plain reply asks the model for its final answer. The
   task prompt and each observation are budgeted in tokens (a share of the model's context window,
   ``OBS_TOKENS`` at least), never cut silently: text
   over budget ends in a visible marker. Older steps of a text game are compacted on purpose (above).
@@ -69,6 +72,7 @@ LOOP_GUARD = True  # hold back actions already taken in the same state
 OBSERVERS = True  # run the scripts skills offer as observers (front matter metadata.observe) after each step
 FOLLOW_NOTES = False  # play the move an observer's note names ("Next: ACTION.", a valid action), not the model's
 FIRST_CALL = True  # a task with tools: the first reply is a call (tool_choice "required"; later ones "auto")
+CALL_GUARD = True  # a call repeated verbatim: the next reply is the final answer (tool_choice "none")
 # Budgets in tokens: a share of the executor's context window, never below the floor (a small model's
 # window is mostly taken by the rest of the prompt). A task's hint of the same name sets one outright.
 OBS_TOKENS = 400  # floor of the task prompt's and one observation's share (hint: observation_tokens)
@@ -309,11 +313,16 @@ class Harness:
             messages = self.chat_messages(state)
             call = self.noted_call(state, tools) if tools and FOLLOW_NOTES else None
             if call and self.grounded(call, state):  # a choice of one is answered without the model
-                return ChoiceRequest(messages=messages, options=[tool_calls.action(call)], write=WRITE_CHOICE)
+                return ChoiceRequest(messages=messages, options=[tool_calls.action(call, tools)], write=WRITE_CHOICE)
             first = FIRST_CALL and not state["history"]
             choice = "required" if tools and first else self.hint(state, "tool_choice", None)
             if call:  # its values come from another episode: the note names the tool, the model writes the arguments
                 choice = call["name"]
+            elif tools and FOLLOW_NOTES and self.noted_answer(state):
+                choice = "none"  # the note's next move is a plain reply: the final answer, in the model's words
+            made = [a for a, _ in state["history"]]
+            if CALL_GUARD and tools and made and made[-1].startswith("{") and made[-1] in made[:-1]:
+                choice = "none"  # the same call again: what it returns is in the history; now the answer
             return GenRequest(messages=messages, tools=tools, tool_choice=choice if tools else None,
                               max_tokens=self.tokens(state, "reply_tokens", CHAT_TOKENS))
         options = list(obs.actions or [])
@@ -355,6 +364,16 @@ class Harness:
         return None
 
     @staticmethod
+    def noted_answer(state):
+        """Whether the first ``Next:`` line of the observers' notes names a plain reply (not a call)."""
+        for note in state["observed"].values():
+            for line in note.splitlines():
+                found = re.search(r"\bNext: (.+?)\.?\s*$", line)
+                if found:
+                    return not found.group(1).lstrip().startswith("{")
+        return False
+
+    @staticmethod
     def grounded(call, state):
         """Whether every value in the call's arguments is written in the episode so far (the task and
         what came back): a mined call copies its values from the episode it was mined from, and one this
@@ -379,6 +398,8 @@ class Harness:
                 return Action(env_action=choice, output=choice)
             return Action(env_action="", output="")
         text = (result.text or "").strip()
+        if getattr(request, "tool_choice", None) == "none" and request.tools:
+            return Action(env_action=text, output=text)  # the final answer was asked for: no call is read from it
         if self.preset(state) in ("chat", "tool-calling"):
             return self.parse_reply(state, obs, result, text)
         first = text.splitlines()[0].strip() if text else ""
@@ -405,7 +426,7 @@ class Harness:
         calls = [c for c in getattr(result, "tool_calls", None) or [] if isinstance(c, dict) and isinstance(c.get("name"), str)]
         call = calls[0] if calls else tool_calls.parse(text)
         if call:
-            action = tool_calls.action(call)
+            action = tool_calls.action(call, state["task"].tools)
             return Action(env_action=action, output=text or action)
         return Action(env_action=text, output=text)
 

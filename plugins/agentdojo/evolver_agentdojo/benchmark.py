@@ -112,7 +112,7 @@ class Suite:
     def demonstration(self, user_task) -> list[str]:
         """The ground-truth calls from an episode's pre-environment, as call texts, then the final answer."""
         calls = user_task.ground_truth(self.pre_environment(user_task))
-        return [call_action(c.function, dict(c.args)) for c in calls] + [
+        return [call_action(c.function, dict(c.args), self.tools) for c in calls] + [
             user_task.GROUND_TRUTH_OUTPUT or NEUTRAL_ANSWER]
 
 

@@ -24,16 +24,17 @@ from __future__ import annotations
 
 import json
 
-from evolver import Env, Observation
+from evolver import Env, Observation, ToolCalls
 
 OVER = "The task is over: your answer was recorded."
 LIMIT = "The step limit is reached: that call was not run, and the task is scored as it stands."
 
 
-def call_action(name: str, arguments: dict) -> str:
-    """A call as the harness sends it to ``Env.step``: canonical JSON, keys sorted, non-ASCII text as it is
-    (as ``evolver.ToolCalls.action`` writes it; ``json.loads`` reads either spelling)."""
-    return json.dumps({"name": name, "arguments": arguments}, sort_keys=True, ensure_ascii=False)
+def call_action(name: str, arguments: dict, tools: list[dict]) -> str:
+    """A call as the harness sends it to ``Env.step``: ``evolver.ToolCalls.action``'s canonical JSON (the
+    name, then the arguments in the tool schema's order: what the local engines' grammar writes, so a
+    demonstration trains those very tokens). ``json.loads`` reads any spelling."""
+    return ToolCalls.action({"name": name, "arguments": arguments}, tools)
 
 
 def parse_call(action: str):

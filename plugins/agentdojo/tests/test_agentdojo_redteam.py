@@ -118,11 +118,19 @@ def steal_in_process(name: str, prompt: str, task, paths: dict):
     return scope["steal"](prompt, task, paths)
 
 
+def _read(action: str):
+    try:
+        return json.loads(action)
+    except ValueError:
+        return action
+
+
 def test_the_attacks_are_real_outside_the_sandbox(bench):
     # What the wall stops: in the evaluator's own process, these reach the answer of the task at hand.
     task = bench.tasks("dev")[0]
     paths = layout(bench)
-    assert steal_in_process("import agentdojo and recompute the ground truth", task.prompt, task, paths) == task.gold
+    recomputed = steal_in_process("import agentdojo and recompute the ground truth", task.prompt, task, paths)
+    assert [_read(a) for a in recomputed] == [_read(a) for a in task.gold]  # (the same calls, spelt otherwise)
     assert steal_in_process("import this plugin and read the gold", task.prompt, task, paths) == task.gold
     assert "environment.yaml" in steal_in_process("read agentdojo's task and environment files from site-packages",
                                                   task.prompt, task, paths)

@@ -469,3 +469,30 @@ def test_a_run_without_demonstrations_is_told_so_when_there_is_nothing_to_mine(t
     assert SkillMinerProposer(run, train="none", explore_per_category=0).propose(ctx) == []
     assert any("the run uses none of the benchmark's demonstrations (demonstrations = false)" in line
                for line in logged), logged
+
+
+def test_a_second_run_in_the_same_folder_mines_the_rollouts_it_took_from_the_cache(tmp_path, tiny_dir, monkeypatch):
+    """The second run plays the same training batch from the same seed: every rollout is a cache hit. It
+    counts them among its own episodes, so its miner reads as many stored training episodes as the first."""
+    from click.testing import CliRunner
+
+    from evolver.cli import cli
+    from evolver.store import Store
+
+    args = [*door_run(tmp_path, tiny_dir, monkeypatch, "transformers,experience"), "run", "--iterations", "1",
+            "--proposer", "skill-miner", "--set=loop.dev_per_category=2", "--set=loop.test_per_category=1",
+            "--set=loop.train_per_category=2", "--set=loop.failure_threshold=1.01", "--set=demonstrations=false",
+            "--set=plugins.skill-miner={explore_per_category = 0, train = \"none\"}"]
+    stored = []
+    for _ in range(2):
+        r = CliRunner().invoke(cli, args, catch_exceptions=False)
+        assert r.exit_code == 0, r.output
+        with Store(tmp_path / "store" / "evolver.duckdb") as store:
+            run_id = store.query("SELECT run_id FROM runs ORDER BY created_at DESC LIMIT 1")[1][0][0]
+            rows = store.query("SELECT detail FROM proposals WHERE run_id = ? AND proposer = 'skill-miner'", [run_id])[1]
+            mined = [json.loads(d)["stored"] if isinstance(d, str) else d["stored"] for (d,) in rows]
+            own = store.query("SELECT count(*) FROM episodes WHERE run_id = ? AND split = 'train'", [run_id])[1][0][0]
+        stored.append((mined, own))
+    (first, own1), (second, own2) = stored
+    assert first and first[0] > 0 and own1 > 0
+    assert own2 == 0 and second == first  # nothing played anew, all of it mined again

@@ -20,30 +20,33 @@ import copy
 
 import torch
 
-from evolver_training import completion_hidden, split_model  # noqa: F401 (completion_hidden: re-exported)
+from evolver_training import completion_hidden, flat_masks, split_model  # noqa: F401 (completion_hidden: re-exported)
 from evolver_transformers import use_autocast
 
 KINDS = ("head", "model")
 
 
 def head_logprobs(model, hidden: torch.Tensor, completions: list[list[int]], *, chunk: int = 1024,
-                  autocast: bool | str | None = False, entropy_grad: bool = False):
+                  autocast: bool | str | None = False, entropy_grad: bool = False, masks: list | None = None):
     """(log-probs, entropies) of the completion tokens from their hidden states, through the policy's
     LM head ``chunk`` positions at a time; the entropies carry a gradient when ``entropy_grad`` (an
-    entropy bonus), else they are detached."""
+    entropy bonus), else they are detached. ``masks``: as ``completion_logprobs``' (a tool call's grammar)."""
     head = split_model(model)[1]
     dev = hidden.device
     tgt = torch.tensor([t for c in completions for t in c], device=dev, dtype=torch.long)
     ctx = torch.autocast(dev.type, dtype=torch.bfloat16) if use_autocast(autocast, dev) else contextlib.nullcontext()
+    allowed = flat_masks(masks, completions, dev)
     lps, ents = [], []
     with ctx:
         for s in range(0, len(tgt), chunk):
             logits = head(hidden[s:s + chunk]).float()
+            if allowed is not None:
+                logits = logits.masked_fill(~allowed[s:s + chunk, :logits.shape[-1]], float("-inf"))
             norm = torch.logsumexp(logits, dim=-1)
             lps.append(logits.gather(-1, tgt[s:s + chunk, None]).squeeze(-1) - norm)
             with contextlib.nullcontext() if entropy_grad else torch.no_grad():
-                logp_all = logits - norm[:, None]
-                ents.append(-(logp_all.exp() * logp_all).sum(-1))
+                p = (logits - norm[:, None]).exp()
+                ents.append(-torch.special.xlogy(p, p).sum(-1))  # (0 log 0 = 0 where masked)
     if not lps:
         empty = torch.zeros(0, device=dev)
         return empty, empty

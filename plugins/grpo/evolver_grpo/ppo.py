@@ -122,7 +122,7 @@ class PPOTrainer(GRPOTrainer):
             hidden = completion_hidden(split_model(self.model)[0], prompts, comps, share=cfg.share_prefix,
                                        autocast=cfg.autocast)
             lp, ent = head_logprobs(self.model, hidden, comps, chunk=cfg.logprob_chunk, autocast=cfg.autocast,
-                                    entropy_grad=entropy_grad)
+                                    entropy_grad=entropy_grad, masks=self._masks(batch))
             if self.critic.kind == "head":
                 values = self.critic.values(hidden if cfg.critic_trunk_grad else hidden.detach())
             else:
@@ -146,6 +146,7 @@ class PPOTrainer(GRPOTrainer):
 
     # ------------------------------------------------------------------------------- the update
     def _update(self, train: list[PPOSample]) -> dict:
+        self.__dict__.pop("_mask_memo", None)  # masks of the last step's samples (GRPOTrainer._masks)
         cfg = self.cfg
         out = {"loss": 0.0, "kl": 0.0, "clip_frac": 0.0, "ratio_mean": 1.0, "entropy": 0.0, "grad_norm": 0.0,
                "value_loss": 0.0, "explained_variance": 0.0, "value_mean": 0.0, "return_mean": 0.0,

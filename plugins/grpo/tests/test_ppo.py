@@ -149,6 +149,23 @@ def test_a_separate_critic_model_trains_on_multi_turn_single_rollouts(tmp_path, 
     run.close()
 
 
+def test_tool_call_rollouts_take_ppo_log_probs_under_their_grammar(tmp_path, tiny_dir):
+    """A tool-calling task's calls are decoded under the tools' grammar: PPO's log-probs come from the same
+    masks (the first ratio is exactly 1, and the masked log-probs are the engine's)."""
+    run = make_run(tmp_path, tiny_dir, tools=True, max_new_tokens=80)
+    trainer = PPOTrainer(run, dict(run.config.plugins["grpo"], steps=1, group_size=1, tasks_per_step=3, lr=1e-3))
+    trainer.setup()
+    episodes, groups = trainer.rollout(0, trainer.tasks[:2])
+    _, samples = trainer._collect(episodes, groups)
+    assert samples and all(s.grammar for s in samples)
+    lp, ent, _ = trainer._forward(samples, grad=False)
+    rollout = torch.tensor([x for s in samples for x in s.rollout_logprobs])
+    assert float((lp.cpu() - rollout).abs().max()) <= 1e-4 and torch.isfinite(ent).all()
+    row = trainer.step(0)
+    assert row["samples"] >= 1 and row["ratio_mean"] == pytest.approx(1.0, abs=1e-6)
+    run.close()
+
+
 def test_policy_learns_the_toy_reward_from_single_rollouts(tmp_path, tiny_dir):
     """15 steps of PPO on the tiny model, single rollouts (group_size 1; the two tasks come up six times
     a step, as in GRPO's learning test, but nothing groups them): the mean score of the last steps

@@ -26,7 +26,7 @@ __version__ = "0.1.0"
 #: ``module:attribute`` when the public name differs.
 _API: dict[str, str] = {
     **dict.fromkeys(["RolloutBackend", "make_engine", "learner_only"], "evolver_training.engines"),
-    **dict.fromkeys(["completion_logprobs", "completion_hidden", "prefix_groups", "split_model"],
+    **dict.fromkeys(["completion_logprobs", "completion_hidden", "prefix_groups", "split_model", "flat_masks"],
                     "evolver_training.logprobs"),
     **dict.fromkeys(["Optimiser", "lr_at", "freeze_below"], "evolver_training.optim"),
     "Parallel": "evolver_training.parallel",

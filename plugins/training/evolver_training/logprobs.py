@@ -182,7 +182,7 @@ def completion_logprobs(model, prompts: list[list[int]], completions: list[list[
             return (empty, empty) if with_entropy else empty
         hidden = torch.cat([picked[i] for i in range(len(prompts))])  # [N, H], sample order
         tgt = torch.tensor([t for c in completions for t in c], device=dev)
-        allowed = _flat_masks(masks, completions, dev)
+        allowed = flat_masks(masks, completions, dev)
         lps, ents = [], []
         for s in range(0, len(tgt), chunk):
             logits = head(hidden[s:s + chunk]).float()
@@ -200,8 +200,9 @@ def completion_logprobs(model, prompts: list[list[int]], completions: list[list[
     return lp
 
 
-def _flat_masks(masks, completions, dev):
-    """The samples' masks stacked in packed token order (all-true rows for an unmasked sample), or None."""
+def flat_masks(masks, completions, dev):
+    """The samples' allowed-token masks (each None or [len, vocab] booleans: a reply decoded under a grammar)
+    stacked in packed token order, all-true rows for an unmasked sample; None when no sample has one."""
     if not masks or not any(m is not None for m in masks):
         return None
     vocab = next(m.shape[1] for m in masks if m is not None)
