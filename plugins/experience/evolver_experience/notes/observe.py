@@ -12,7 +12,9 @@ case's weight falling sharply with its distance from the nearest one's similarit
 where a case's value is +1 when its action raised the score, -1 when it lowered it, and up to +0.5
 when it was a step of an episode that was won (``evolver_experience.mining`` says how much); two actions are alike when their words are the same or copy the
 same part of their own states (:func:`codes`, which also reads the episode's earlier observations),
-so what was learnt on one object carries to another. Prints "Next: ACTION." for the best positive action and
+so what was learnt on one object carries to another. Where no valid actions are listed and the best action is a
+tool call (a JSON object), its argument values are re-taken from this episode (:func:`refilled`). Prints
+"Next: ACTION." for the best positive action and
 "Avoid: ..." for the negative ones; nothing when no case is near enough. Standard library only, so one
 call costs milliseconds.
 """
@@ -261,6 +263,80 @@ def rank(data: dict, near: list, state: tuple, actions: list | None) -> list:
     return sorted(out, key=lambda x: -x[0])
 
 
+def refilled(action: str, data: dict, near: list, state: tuple, transcript: str) -> str:
+    """A tool call a case made (an action that is a JSON object, where no valid actions are listed), its
+    argument values taken from this episode where the case took them from its own: a value the episode
+    already shows stays; one that followed some words in the case's observation (``recipient: ``) or task
+    (``pay the bill``) becomes what follows the same words here, up to the same delimiter or as many
+    words. A value found no such way stays as the case had it (a harness can tell: it is not in the
+    episode). Not a call: the action as it is."""
+    try:
+        call = json.loads(action)
+    except ValueError:
+        return action
+    if not isinstance(call, dict) or not isinstance(call.get("arguments"), dict):
+        return action
+    texts = data["texts"]
+    case = next(c for _, c in near if texts[c[3]] == action)
+    seen = transcript.lower()
+
+    def fill(v):
+        if isinstance(v, dict):
+            return {k: fill(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [fill(x) for x in v]
+        if isinstance(v, bool) or not isinstance(v, (str, int, float)):
+            return v
+        text = str(v)
+        if not text.strip() or text.lower() in seen:
+            return v
+        got = after_same_words(text, texts[case[1]], state[1]) or words_after_same(text, texts[case[0]], state[0])
+        if got is None or isinstance(v, str):
+            return got or v
+        try:  # a number stays a number
+            return type(v)(got)
+        except ValueError:
+            return v
+    call["arguments"] = fill(call["arguments"])
+    return json.dumps(call, ensure_ascii=False)
+
+
+CONTEXT_CHARS = 24  # the text before a value that says what it is ("recipient: ", "IBAN ")
+
+
+def after_same_words(value: str, old: str, new: str) -> str | None:
+    """What follows, in ``new``, the words that preceded ``value`` in ``old``, up to the character that
+    followed it there."""
+    at = old.lower().find(value.lower())
+    if at < 1:
+        return None
+    line = old[:at].rsplit("\n", 1)[-1]  # what says what the value is sits before it on its line
+    head = line[-CONTEXT_CHARS:]
+    head = (head if len(line) <= CONTEXT_CHARS else head[head.find(" ") + 1:]).lstrip()  # from a word's start
+    stop = old[at + len(value):at + len(value) + 1] or "\n"
+    where = new.lower().find(head.lower()) if head.strip() else -1
+    if where < 0:
+        return None
+    got = new[where + len(head):].split(stop, 1)[0].strip()
+    return got or None
+
+
+def words_after_same(value: str, old_task: str, new_task: str) -> str | None:
+    """For a value the case's task held (its first words, lower case): the as many words of this task that
+    follow the same two words, as this task writes them."""
+    vw, ow = WORD.findall(value.lower()), WORD.findall(old_task.lower())
+    n = len(vw)
+    at = next((i for i in range(2, len(ow) - n + 1) if ow[i:i + n] == vw), None)
+    if not n or at is None:
+        return None
+    spans = [(m.group(), m.start(), m.end()) for m in WORD.finditer(new_task.lower())]
+    for i in range(len(spans) - n - 1):
+        if [spans[i][0], spans[i + 1][0]] == ow[at - 2:at]:
+            first, last = spans[i + 2], spans[min(len(spans) - 1, i + 1 + n)]
+            return new_task[first[1]:last[2]]
+    return None
+
+
 def note(transcript: str, actions: list | None, data: dict) -> str:
     state = parse(transcript)
     near = neighbours(data, state)
@@ -268,6 +344,8 @@ def note(transcript: str, actions: list | None, data: dict) -> str:
         return ""
     ranked = rank(data, near, state, actions)
     good = [a for v, a in ranked if v > 0]
+    if good and not actions and good[0].lstrip().startswith("{"):
+        good[0] = refilled(good[0], data, near, state, transcript)
     bad = [a for v, a in ranked if v < 0]
     lines = []
     if good:
