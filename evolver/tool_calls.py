@@ -70,9 +70,8 @@ def _check_schema(schema: dict, where: str) -> None:
     except jsonschema.SchemaError as exc:
         path = "/".join(map(str, exc.path)) or "(top)"
         raise ToolSchemaError(f"{where}: its parameters are not a valid JSON schema at {path}: {exc.message}") from None
-    text = json.dumps(schema)
-    if '"$ref"' in text and '"#/' not in text.replace(' ', ''):
-        raise ToolSchemaError(f"{where}: its parameters refer outside themselves ($ref); inline the definitions")
+    if '"$ref"' in json.dumps(schema):  # a call's schema nests the parameters: no pointer into them survives
+        raise ToolSchemaError(f"{where}: its parameters use $ref; inline the definitions they refer to")
 
 
 def names(tools: list[dict]) -> list[str]:

@@ -185,6 +185,13 @@ def test_follow_notes_plays_a_noted_call_that_validates_and_is_grounded_else_nam
     assert isinstance(req, GenRequest) and req.tool_choice == "send_money" and req.tools == [SEND]
     state["observed"]["miner"] = "Next: Sent it, all done."
     assert h.next_call(state, obs).tool_choice == "none"  # the next move is the answer: the model writes it
+    played = '{"name": "send_money", "arguments": {"recipient": "bob", "amount": 5}}'
+    state["observed"]["miner"] = f"Next: {played}."
+    state["history"].append((played, "sent"))
+    assert isinstance(h.next_call(state, obs), GenRequest)  # a call already made is not played again by a note
+    reply = GenResult(text='I sent {"name": "send_money", "arguments": {}} earlier.', tool_calls=[])
+    action = h.parse(state, obs, GenRequest(messages=[], tools=[SEND]), reply)
+    assert action.env_action == reply.text  # an engine's final message ([] calls) is not read as a call
 
 
 def test_text_game_preset_is_the_default_and_writes_one_line_actions(tmp_path):

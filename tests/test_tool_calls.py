@@ -33,6 +33,8 @@ def test_check_normalises_bare_tools_and_keeps_openai_ones():
      "not a valid JSON schema at properties/x/type"),
     ([{"function": {"name": "f", "parameters": {"type": "object", "properties": {"x": {"$ref": "other.json"}}}}}],
      "inline the definitions"),
+    ([{"function": {"name": "f", "parameters": {"type": "object", "$defs": {"P": {"type": "string"}},
+                                                "properties": {"x": {"$ref": "#/$defs/P"}}}}}], "parameters use [$]ref"),
     ([{"function": {"name": "f", "description": 3}}], "description must be a string"),
 ])
 def test_a_malformed_declaration_is_a_clear_error(tools, says):

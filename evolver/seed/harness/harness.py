@@ -312,7 +312,9 @@ class Harness:
             tools = (state["task"].tools if self.preset(state) == "tool-calling" else None) or None
             messages = self.chat_messages(state)
             call = self.noted_call(state, tools) if tools and FOLLOW_NOTES else None
-            if call and self.grounded(call, state):  # a choice of one is answered without the model
+            made = [a for a, _ in state["history"]]
+            if call and self.grounded(call, state) and tool_calls.action(call, tools) not in made:
+                # a choice of one is answered without the model (a call already made is the guard's below)
                 return ChoiceRequest(messages=messages, options=[tool_calls.action(call, tools)], write=WRITE_CHOICE)
             first = FIRST_CALL and not state["history"]
             choice = "required" if tools and first else self.hint(state, "tool_choice", None)
@@ -320,7 +322,6 @@ class Harness:
                 choice = call["name"]
             elif tools and FOLLOW_NOTES and self.noted_answer(state):
                 choice = "none"  # the note's next move is a plain reply: the final answer, in the model's words
-            made = [a for a, _ in state["history"]]
             if CALL_GUARD and tools and made and made[-1].startswith("{") and made[-1] in made[:-1]:
                 choice = "none"  # the same call again: what it returns is in the history; now the answer
             return GenRequest(messages=messages, tools=tools, tool_choice=choice if tools else None,
@@ -353,8 +354,8 @@ class Harness:
         return None
 
     def noted_call(self, state, tools):
-        """The call an observer's latest note names on a line ``Next: {"name": ..., "arguments": {...}}.``,
-        when it is a valid call of ``tools``, else None."""
+        """The first valid call of ``tools`` the observers' notes name on a line ``Next: {"name": ...,
+        "arguments": {...}}.`` (in the program's skill order), else None."""
         for note in state["observed"].values():
             for line in note.splitlines():
                 found = re.search(r"\bNext: (\{.*\})\.?\s*$", line)
@@ -423,8 +424,9 @@ class Harness:
             return Action(tool="run_skill", args=words[1:], output=text)
         if self.preset(state) != "tool-calling":
             return Action(env_action=text, output=text)
-        calls = [c for c in getattr(result, "tool_calls", None) or [] if isinstance(c, dict) and isinstance(c.get("name"), str)]
-        call = calls[0] if calls else tool_calls.parse(text)
+        native = getattr(result, "tool_calls", None)  # [] from an engine that decoded a final message
+        calls = [c for c in native or [] if isinstance(c, dict) and isinstance(c.get("name"), str)]
+        call = calls[0] if calls else (tool_calls.parse(text) if native is None else None)
         if call:
             action = tool_calls.action(call, state["task"].tools)
             return Action(env_action=action, output=text or action)

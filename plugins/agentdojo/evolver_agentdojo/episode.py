@@ -2,8 +2,9 @@
 the final answer, scored by the user task's utility check.
 
 What ``Env.step`` gets (the seed harness's tool-calling preset): a call as JSON text, canonically
-``{"arguments": {...}, "name": NAME}`` (``"parameters"`` is read as the arguments too), or anything else as
-the final answer. A call runs through AgentDojo's own ``ToolsExecutor`` (its argument fixes, its runtime's
+``{"name": NAME, "arguments": {...}}`` (``"parameters"`` is read as the arguments too), or any other non-blank
+text as the final answer. A blank action (a reply the engine could not finish, recorded as the step's error)
+is no answer: the observation says so and the episode goes on. A call runs through AgentDojo's own ``ToolsExecutor`` (its argument fixes, its runtime's
 validation) and its result comes back as AgentDojo formats it for a model: YAML for records, the error text
 (``Invalid tool X provided.``, ``ValidationError: ...``) when the call is wrong, as its OpenAI client shows it.
 
@@ -28,6 +29,7 @@ from evolver import Env, Observation, ToolCalls
 
 OVER = "The task is over: your answer was recorded."
 LIMIT = "The step limit is reached: that call was not run, and the task is scored as it stands."
+BLANK = "No reply came: call a tool, or answer the user in plain text."
 
 
 def call_action(name: str, arguments: dict, tools: list[dict]) -> str:
@@ -86,6 +88,8 @@ class AgentDojoEnv(Env):
         if self.final is not None:
             return self.final
         self.steps += 1
+        if not str(action or "").strip() and self.steps < self.limit:
+            return Observation(text=BLANK, info={"tool": None, "error": True})
         call = parse_call(action)
         if call is None:
             return self._finish(str(action), OVER)

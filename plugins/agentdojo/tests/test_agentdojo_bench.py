@@ -159,6 +159,18 @@ def test_options_are_checked_before_any_work():
     assert small.categories == ["slack"] and {t.max_steps for t in small.tasks("dev")} == {5}
 
 
+def test_a_blank_action_is_no_answer(bench):
+    """A reply the engine could not finish reaches the env blank: it ends nothing, the episode goes on."""
+    task = bench.tasks("dev")[0]
+    env = bench.env(task)
+    try:
+        env.reset()
+        obs = env.step("")
+        assert not obs.done and "No reply came" in obs.text
+    finally:
+        env.close()
+
+
 def test_played_through_the_evaluator_with_the_seed_harness(tmp_path):
     bench = AgentDojo(suites=["banking", "slack"])
     tasks = bench.tasks("train", 2)

@@ -519,3 +519,6 @@ def test_a_noted_call_takes_its_argument_values_from_this_episode_where_the_case
     # the date followed nothing the episode shows: it stays the case's (a harness sees it is not grounded)
     assert call["arguments"] == {"recipient": "DE8937040044", "amount": 12.5, "subject": "Phone bill", "date": "2022-03-01"}
     assert observe.note(new, ["look"], data) == ""  # valid actions listed: the text-game path, no call to refill
+    # the second record's value comes from this episode's second record
+    assert observe.after_same_words("B2", "- id: A1\n- id: B2\n", "- id: X9\n- id: Y8\n") == "Y8"
+    assert observe.after_same_words("A1", "- id: A1\n- id: B2\n", "- id: X9\n") == "X9"

@@ -145,8 +145,7 @@ class PPOTrainer(GRPOTrainer):
         return adv, ret
 
     # ------------------------------------------------------------------------------- the update
-    def _update(self, train: list[PPOSample]) -> dict:
-        self.__dict__.pop("_mask_memo", None)  # masks of the last step's samples (GRPOTrainer._masks)
+    def _update_batch(self, train: list[PPOSample]) -> dict:  # (GRPOTrainer._update releases the step's masks)
         cfg = self.cfg
         out = {"loss": 0.0, "kl": 0.0, "clip_frac": 0.0, "ratio_mean": 1.0, "entropy": 0.0, "grad_norm": 0.0,
                "value_loss": 0.0, "explained_variance": 0.0, "value_mean": 0.0, "return_mean": 0.0,

@@ -249,8 +249,12 @@ class GRPOTrainer(Trainer):
         memo = self.__dict__.setdefault("_mask_memo", {})
         todo = [s for s in batch if s.grammar and id(s) not in memo]
         if todo:
+            from evolver import EvolverError
             from evolver_transformers import replay_masks
 
+            if self.engine is None:  # a data-parallel rank with no engine has no tokenizer to replay them with
+                raise EvolverError("tool-call rollouts (decoded under a grammar) train on one process for now; "
+                                   "run GRPO without data parallelism for a benchmark with tools")
             backend = self.engine.backend
             vocab = int(self.model.get_output_embeddings().weight.shape[0])
             for s, m in zip(todo, replay_masks(backend.tokenizer, vocab, self.engine.eos_ids,
@@ -259,7 +263,12 @@ class GRPOTrainer(Trainer):
         return [memo[id(s)][1] if s.grammar else None for s in batch]
 
     def _update(self, train: list[Sample]) -> dict:
-        self.__dict__.pop("_mask_memo", None)  # masks of the last step's samples
+        try:
+            return self._update_batch(train)
+        finally:
+            self.__dict__.pop("_mask_memo", None)  # the step's masks: [len, vocab] each, not kept past it
+
+    def _update_batch(self, train: list[Sample]) -> dict:
         cfg = self.cfg
         out = {"loss": 0.0, "kl": 0.0, "clip_frac": 0.0, "ratio_mean": 1.0, "entropy": 0.0, "grad_norm": 0.0,
                "logprob_s": 0.0, "update_s": 0.0}

@@ -153,7 +153,8 @@ def test_tool_call_rollouts_take_ppo_log_probs_under_their_grammar(tmp_path, tin
     """A tool-calling task's calls are decoded under the tools' grammar: PPO's log-probs come from the same
     masks (the first ratio is exactly 1, and the masked log-probs are the engine's)."""
     run = make_run(tmp_path, tiny_dir, tools=True, max_new_tokens=80)
-    trainer = PPOTrainer(run, dict(run.config.plugins["grpo"], steps=1, group_size=1, tasks_per_step=3, lr=1e-3))
+    trainer = PPOTrainer(run, dict(run.config.plugins["grpo"], steps=1, group_size=1, tasks_per_step=3, lr=1e-3,
+                                   entropy_coef=0.01))  # an entropy bonus: its gradient through the mask stays finite
     trainer.setup()
     episodes, groups = trainer.rollout(0, trainer.tasks[:2])
     _, samples = trainer._collect(episodes, groups)
@@ -163,6 +164,7 @@ def test_tool_call_rollouts_take_ppo_log_probs_under_their_grammar(tmp_path, tin
     assert float((lp.cpu() - rollout).abs().max()) <= 1e-4 and torch.isfinite(ent).all()
     row = trainer.step(0)
     assert row["samples"] >= 1 and row["ratio_mean"] == pytest.approx(1.0, abs=1e-6)
+    assert all(torch.isfinite(p).all() for p in trainer.model.parameters())
     run.close()
 
 

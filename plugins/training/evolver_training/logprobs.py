@@ -186,14 +186,14 @@ def completion_logprobs(model, prompts: list[list[int]], completions: list[list[
         lps, ents = [], []
         for s in range(0, len(tgt), chunk):
             logits = head(hidden[s:s + chunk]).float()
-            if allowed is not None:
-                logits = logits.masked_fill(~allowed[s:s + chunk, :logits.shape[-1]], float("-inf"))
+            if allowed is not None:  # the dtype's floor, not -inf: its gradient stays finite
+                logits = logits.masked_fill(~allowed[s:s + chunk, :logits.shape[-1]], torch.finfo(logits.dtype).min)
             norm = torch.logsumexp(logits, dim=-1)
             lps.append(logits.gather(-1, tgt[s:s + chunk, None]).squeeze(-1) - norm)
             if with_entropy:
                 with torch.no_grad():
-                    p = (logits - norm[:, None]).exp()
-                    ents.append(-torch.special.xlogy(p, p).sum(-1))  # (0 log 0 = 0 where masked)
+                    logp_all = logits - norm[:, None]
+                    ents.append(-(logp_all.exp() * logp_all).sum(-1))
     lp = torch.cat(lps)
     if with_entropy:
         return lp, torch.cat(ents)

@@ -221,6 +221,8 @@ class TransformersBackend(StaticDecoding, PrefixCache, ChoiceScoring, Backend):
                 lark = grammar_for(req)
                 if lark:  # compiled here (once per text): a schema llguidance refuses fails its request alone
                     self._tool_grammars().compiled(lark)
+            except BackendError:
+                raise  # llguidance missing: every tool request would fail, so the run stops and says so
             except Exception as exc:  # noqa: BLE001 - a malformed tool schema fails its request, not the batch
                 results[i] = GenResult(text="", prompt_tokens=len(ids), error=f"tools rejected: {exc}")
                 continue

@@ -40,8 +40,8 @@ def grammar_for(req: GenRequest) -> str | None:
     """The Lark grammar (llguidance's dialect) a request decodes under, or None when it is free."""
     tools = getattr(req, "tools", None)
     choice = ToolCalls.choice(getattr(req, "tool_choice", None), tools)
-    if choice == "none":
-        return None
+    if choice == "none":  # with tools: the final answer was asked for, and it must not be a call
+        return f"start: message\nmessage: {MESSAGE}\n" if tools else None
     schema = {**_strict(ToolCalls.schema(ToolCalls.check(tools), choice)), "x-guidance": JSON_LAYOUT}
     call = "call: %json " + json.dumps(schema)  # (the schema's order: the name first)
     return f"start: call\n{call}\n" if choice != "auto" else f"start: call | message\n{call}\nmessage: {MESSAGE}\n"
@@ -74,8 +74,9 @@ class Grammars:
             raise BackendError("tool-call requests need llguidance: pip install llguidance") from exc
         self._ll, self._np = llguidance, llguidance.numpy
         self.vocab = int(vocab)
+        # every end token the model has (a chat model's end-of-turn besides its end-of-text) may end a reply
         self.tokenizer = llguidance.hf.from_tokenizer(hf_tokenizer, n_vocab=self.vocab,
-                                                      eos_token=sorted(eos_ids)[0] if eos_ids else None)
+                                                      eos_token=sorted(eos_ids) if eos_ids else None)
         self.executor = llguidance.LLExecutor(num_threads=max(1, min(4, torch.get_num_threads())))
         #: ``compiled(lark)``: the grammar checked against the tokenizer, once per text (raises BackendError).
         self.compiled = lru_cache(maxsize=64)(self._compile)
@@ -83,14 +84,14 @@ class Grammars:
     def _compile(self, lark: str) -> str:
         grammar = self._ll.LLMatcher.grammar_from_lark(lark)
         bad, warnings = self._ll.LLMatcher.validate_grammar_with_warnings(grammar, self.tokenizer)
-        if bad:
-            raise BackendError(f"the tools' grammar does not compile: {warnings}")
+        if bad:  # this request's tools, not the engine: the request fails alone
+            raise ToolCalls.SchemaError(f"the tools' grammar does not compile: {warnings}")
         return grammar
 
     def matcher(self, lark: str):
         m = self._ll.LLMatcher(self.tokenizer, self.compiled(lark))
         if m.is_error():
-            raise BackendError(f"the tools' grammar does not compile: {m.get_error()}")
+            raise ToolCalls.SchemaError(f"the tools' grammar does not compile: {m.get_error()}")
         return m
 
     def valid_prefix(self, matcher, tokens: list[int]) -> list[int]:
@@ -136,10 +137,16 @@ def finished(matcher) -> bool:
     return bool(matcher.is_accepting() or matcher.is_stopped()) and not matcher.is_error()
 
 
+_MADE: dict = {}  # (tokenizer, vocab, end tokens) -> Grammars: a quarter of a second each for a 49k vocabulary
+
+
 def replay_masks(hf_tokenizer, vocab: int, eos_ids, grammars: list[str | None], completions: list[list[int]]):
     """For a trainer: per sample, the [len, vocab] masks its reply was decoded under, or None where it
-    was decoded free. One :class:`Grammars` per call (a quarter of a second for a 49k vocabulary)."""
+    was decoded free."""
     if not any(grammars):
         return [None] * len(grammars)
-    g = Grammars(hf_tokenizer, vocab, eos_ids)
+    key = (id(hf_tokenizer), int(vocab), tuple(sorted(eos_ids or ())))
+    if key not in _MADE or _MADE[key][0] is not hf_tokenizer:
+        _MADE[key] = (hf_tokenizer, Grammars(hf_tokenizer, vocab, eos_ids))
+    g = _MADE[key][1]
     return [g.replay_masks(lark, list(c)) if lark else None for lark, c in zip(grammars, completions)]

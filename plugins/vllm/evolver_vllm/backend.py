@@ -105,7 +105,7 @@ class VLLMBackend(Backend):
                 raise BackendError(f"the vLLM engine died ({exc}); its log above says why. Fix the cause, "
                                    "then resume (`evolver run --resume`)") from exc
             if len(prompts) == 1:
-                raise
+                return [exc]  # that request's failure (a grammar its engine refuses), as for a batch's
         outs = []
         for tp, sp in zip(token_prompts, params):
             try:
@@ -173,7 +173,7 @@ class VLLMBackend(Backend):
         params = getattr(self._vllm, "sampling_params", None)
         if hasattr(params, "StructuredOutputsParams"):
             return {"structured_outputs": params.StructuredOutputsParams(grammar=lark)}
-        return {"guided_decoding": params.GuidedDecodingParams(grammar=lark)}
+        return {"guided_decoding": params.GuidedDecodingParams(grammar=lark, backend="guidance")}
 
     # ---------------------------------------------------------------------------------- choose
     def writes_choices(self, requests: list[ChoiceRequest]) -> bool:

@@ -279,6 +279,7 @@ def refilled(action: str, data: dict, near: list, state: tuple, transcript: str)
     texts = data["texts"]
     case = next(c for _, c in near if texts[c[3]] == action)
     seen = transcript.lower()
+    latest = transcript.rsplit("\n> ", 1)[1].partition("\n")[2] if "\n> " in transcript else ""  # uncut
 
     def fill(v):
         if isinstance(v, dict):
@@ -290,7 +291,7 @@ def refilled(action: str, data: dict, near: list, state: tuple, transcript: str)
         text = str(v)
         if not text.strip() or text.lower() in seen:
             return v
-        got = after_same_words(text, texts[case[1]], state[1]) or words_after_same(text, texts[case[0]], state[0])
+        got = after_same_words(text, texts[case[1]], latest) or words_after_same(text, texts[case[0]], state[0])
         if got is None or isinstance(v, str):
             return got or v
         try:  # a number stays a number
@@ -314,9 +315,14 @@ def after_same_words(value: str, old: str, new: str) -> str | None:
     head = line[-CONTEXT_CHARS:]
     head = (head if len(line) <= CONTEXT_CHARS else head[head.find(" ") + 1:]).lstrip()  # from a word's start
     stop = old[at + len(value):at + len(value) + 1] or "\n"
-    where = new.lower().find(head.lower()) if head.strip() else -1
-    if where < 0:
+    if not head.strip():
         return None
+    # the k-th record's value from the k-th record: a list repeats its keys ("- amount: ... recipient: ...")
+    nth, where = old[:at].lower().count(head.lower()), -1  # (the count includes the value's own line)
+    for _ in range(max(1, nth)):
+        where = new.lower().find(head.lower(), where + 1)
+        if where < 0:
+            return None
     got = new[where + len(head):].split(stop, 1)[0].strip()
     return got or None
 
