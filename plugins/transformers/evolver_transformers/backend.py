@@ -18,6 +18,7 @@ What makes a 135M model usable on a 2-core CPU:
   same for 1 token or 9. Rejected drafts stay in the cache as masked holes.
 - Attention packs query heads onto their shared KV head (``attention.py``) instead of copying the
   cache per head.
+- A tool-call request decodes under its tools' grammar, row by row in the same loop (``grammar.py``).
 
 Masks always come from lengths, never from comparing ids to the pad id: SmolLM2's pad is its EOS
 (``<|im_end|>``), which also appears inside every ChatML prompt.
@@ -37,13 +38,13 @@ from typing import Any, Mapping
 
 import torch
 
-from evolver import Backend, BackendError, GenRequest, GenResult, Message, ToolCalls
+from evolver import Backend, BackendError, GenRequest, GenResult, Message
 from evolver_transformers.attention import use_gqa_sdpa
 from evolver_transformers.bf16_weights import keep_bf16_weights
 from evolver_transformers.choice_scoring import ChoiceScoring, token_logprobs
 from evolver_transformers.drafts import OptionDrafts, PromptLookup
 from evolver_transformers.embedded import fingerprint, resolve_model, state_hash
-from evolver_transformers.grammar import Grammars, finished, grammar_for
+from evolver_transformers.grammar import GrammarRows, grammar_for
 from evolver_transformers.precision import CHOICES, use_autocast
 from evolver_transformers.prefix_cache import PrefixCache
 from evolver_transformers.static_decode import StaticDecoding
@@ -51,7 +52,7 @@ from evolver_transformers.static_decode import StaticDecoding
 log = logging.getLogger(__name__)
 
 
-class TransformersBackend(StaticDecoding, PrefixCache, ChoiceScoring, Backend):
+class TransformersBackend(StaticDecoding, PrefixCache, ChoiceScoring, GrammarRows, Backend):
     name = "transformers"
     scores_options = True
 
@@ -151,7 +152,7 @@ class TransformersBackend(StaticDecoding, PrefixCache, ChoiceScoring, Backend):
         # transformers 5.2x renamed the forward kwarg ``past_key_values`` to ``cache``.
         params = inspect.signature(self.hf_model.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
-        self._grammars: Grammars | None = None  # made at the first tool-call request
+        self._grammars = None  # made at the first tool-call request (GrammarRows)
 
     # ----------------------------------------------------------------------------------- helpers
     def _collect_eos_ids(self) -> set[int]:
@@ -327,47 +328,6 @@ class TransformersBackend(StaticDecoding, PrefixCache, ChoiceScoring, Backend):
                                       matchers[r])
         return results  # type: ignore[return-value]
 
-    # ------------------------------------------------------------------------------ tool grammars
-    def _matchers(self, grammars: list[str | None]) -> list:
-        """A grammar matcher per row that decodes under one (None for a free row)."""
-        if not any(grammars):
-            return [None] * len(grammars)
-        return [self._tool_grammars().matcher(g) if g else None for g in grammars]
-
-    def _tool_grammars(self) -> Grammars:
-        if self._grammars is None:
-            self._grammars = Grammars(self.tokenizer, int(self.hf_model.get_output_embeddings().weight.shape[0]),
-                                      self.eos_ids)
-        return self._grammars
-
-    def _mask(self, logits, matchers, drafts, done) -> None:
-        """Forbidden tokens to -inf in place, at each position a constrained row checks (its next token
-        and its drafts): picks, races and the recorded log-probs are then all of the masked distribution."""
-        rows = [(r, m, drafts[r]) for r, m in enumerate(matchers) if m is not None and not done[r]]
-        if not rows:
-            return
-        t0 = time.perf_counter()
-        allowed = self._grammars.allowed(rows)
-        for r, ok in allowed.items():
-            n = ok.shape[0]
-            block = torch.from_numpy(~ok).to(logits.device)
-            logits[r, :n] = logits[r, :n].masked_fill(block, float("-inf"))
-        self.timing.update(mask_s=time.perf_counter() - t0, masks=len(rows))
-
-    @staticmethod
-    def _advance(matchers, out_ids, consumed, done) -> None:
-        """Each constrained row's matcher takes the tokens it just emitted (accepted drafts, then its pick)."""
-        for r, m in enumerate(matchers):
-            if m is None:
-                continue
-            new, consumed[r] = out_ids[r][consumed[r]:], len(out_ids[r])
-            for tok in new:
-                if m.is_stopped():  # a finished call: what follows is its end-of-turn token
-                    break
-                if not m.consume_token(int(tok)):
-                    done[r] = True  # cannot happen under the mask; stop rather than write past the grammar
-                    break
-
     def _drafter(self, req: GenRequest, prompt: list[int]):
         """A row's draft source: the request's likely replies, if it names some, else its prompt."""
         if not req.drafts:
@@ -442,13 +402,7 @@ class TransformersBackend(StaticDecoding, PrefixCache, ChoiceScoring, Backend):
         text = _cut_at_stop(self.tokenizer.decode(ids, skip_special_tokens=True), req.stop)
         res = GenResult(text=text, prompt_tokens=len(prompt), completion_tokens=len(ids), grammar=grammar)
         if grammar is not None:
-            if matcher is not None and not finished(matcher):
-                # A reply cut by its budget mid-call is not a call: a recorded failure, not a guess.
-                res.text, res.error = "", (f"the reply did not finish its tool call within {len(ids)} tokens "
-                                           f"(max_tokens {req.max_tokens}): {text[:160]!r}")
-            else:
-                call = ToolCalls.parse(text) if text.lstrip().startswith("{") else None
-                res.tool_calls = [call] if call else []
+            self._as_tool_reply(res, req, len(ids), matcher)
         if req.logprobs:
             # completion_ids are the tokens actually sampled, EOS included and stop strings not cut:
             # a trainer must score exactly what the model produced.

@@ -19,6 +19,7 @@ same masks (:func:`replay_masks`) and GRPO's ratios compare like with like.
 from __future__ import annotations
 
 import json
+import time
 from functools import lru_cache
 
 import numpy as np
@@ -150,3 +151,60 @@ def replay_masks(hf_tokenizer, vocab: int, eos_ids, grammars: list[str | None], 
         _MADE[key] = (hf_tokenizer, Grammars(hf_tokenizer, vocab, eos_ids))
     g = _MADE[key][1]
     return [g.replay_masks(lark, list(c)) if lark else None for lark, c in zip(grammars, completions)]
+
+
+class GrammarRows:
+    """The decode loop's part of tool-call requests, mixed into the transformers backend (which has
+    ``tokenizer``, ``hf_model``, ``eos_ids``, ``timing`` and ``_grammars``): a matcher per constrained row,
+    its masks on a forward's logits, the tokens it emitted fed back, and the result read as a call."""
+
+    def _matchers(self, grammars: list[str | None]) -> list:
+        """A grammar matcher per row that decodes under one (None for a free row)."""
+        if not any(grammars):
+            return [None] * len(grammars)
+        return [self._tool_grammars().matcher(g) if g else None for g in grammars]
+
+    def _tool_grammars(self) -> Grammars:
+        if self._grammars is None:
+            self._grammars = Grammars(self.tokenizer, int(self.hf_model.get_output_embeddings().weight.shape[0]),
+                                      self.eos_ids)
+        return self._grammars
+
+    def _mask(self, logits, matchers, drafts, done) -> None:
+        """Forbidden tokens to -inf in place, at each position a constrained row checks (its next token
+        and its drafts): picks, races and the recorded log-probs are then all of the masked distribution."""
+        rows = [(r, m, drafts[r]) for r, m in enumerate(matchers) if m is not None and not done[r]]
+        if not rows:
+            return
+        t0 = time.perf_counter()
+        allowed = self._grammars.allowed(rows)
+        for r, ok in allowed.items():
+            n = ok.shape[0]
+            block = torch.from_numpy(~ok).to(logits.device)
+            logits[r, :n] = logits[r, :n].masked_fill(block, float("-inf"))
+        self.timing.update(mask_s=time.perf_counter() - t0, masks=len(rows))
+
+    @staticmethod
+    def _advance(matchers, out_ids, consumed, done) -> None:
+        """Each constrained row's matcher takes the tokens it just emitted (accepted drafts, then its pick)."""
+        for r, m in enumerate(matchers):
+            if m is None:
+                continue
+            new, consumed[r] = out_ids[r][consumed[r]:], len(out_ids[r])
+            for tok in new:
+                if m.is_stopped():  # a finished call: what follows is its end-of-turn token
+                    break
+                if not m.consume_token(int(tok)):
+                    done[r] = True  # cannot happen under the mask; stop rather than write past the grammar
+                    break
+
+    @staticmethod
+    def _as_tool_reply(res, req, n: int, matcher) -> None:
+        """A reply decoded under a tool grammar: its call (``tool_calls``; [] for a final message), or, cut
+        by its budget mid-call, a recorded failure rather than a guess."""
+        if matcher is not None and not finished(matcher):
+            res.text, res.error = "", (f"the reply did not finish its tool call within {n} tokens "
+                                       f"(max_tokens {req.max_tokens}): {res.text[:160]!r}")
+        else:
+            call = ToolCalls.parse(res.text) if res.text.lstrip().startswith("{") else None
+            res.tool_calls = [call] if call else []
