@@ -346,33 +346,31 @@ class Harness:
     def noted_move(self, state, options):
         """The move an observer's latest note names on a line ``Next: ACTION.`` when it is one of
         ``options`` (the first such note, in the program's skill order), else None."""
-        for note in state["observed"].values():
-            for line in note.splitlines():
-                found = re.search(r"\bNext: (.+?)\.?\s*$", line)
-                if found and found.group(1).strip() in options:
-                    return found.group(1).strip()
-        return None
-
-    def noted_call(self, state, tools):
-        """The first valid call of ``tools`` the observers' notes name on a line ``Next: {"name": ...,
-        "arguments": {...}}.`` (in the program's skill order), else None."""
-        for note in state["observed"].values():
-            for line in note.splitlines():
-                found = re.search(r"\bNext: (\{.*\})\.?\s*$", line)
-                call = tool_calls.parse(found.group(1)) if found else None
-                if call and tool_calls.validate(call, tools) is None:
-                    return call
-        return None
+        return next((m for m in self.named_moves(state) if m in options), None)
 
     @staticmethod
-    def noted_answer(state):
-        """Whether the first ``Next:`` line of the observers' notes names a plain reply (not a call)."""
+    def named_moves(state):
+        """The moves the observers' latest notes name, each on a line ``Next: MOVE.``, in the program's
+        skill order."""
         for note in state["observed"].values():
             for line in note.splitlines():
                 found = re.search(r"\bNext: (.+?)\.?\s*$", line)
                 if found:
-                    return not found.group(1).lstrip().startswith("{")
-        return False
+                    yield found.group(1).strip()
+
+    def noted_call(self, state, tools):
+        """The first valid call of ``tools`` the observers' notes name on a line ``Next: {"name": ...,
+        "arguments": {...}}.`` (in the program's skill order), else None."""
+        for move in self.named_moves(state):
+            call = tool_calls.parse(move) if move.startswith("{") else None
+            if call and tool_calls.validate(call, tools) is None:
+                return call
+        return None
+
+    def noted_answer(self, state):
+        """Whether the first ``Next:`` line of the observers' notes names a plain reply (not a call)."""
+        first = next(self.named_moves(state), None)
+        return first is not None and not first.startswith("{")
 
     @staticmethod
     def grounded(call, state):
